@@ -1,0 +1,28 @@
+# The two commands of the README, and a few conveniences.
+# `make up`   installs what is missing, then runs the whole stack on the digital twin.
+# `make test` installs what is missing, then runs the test suite.
+.PHONY: up test down status lint bootstrap setup
+
+bootstrap:
+	@scripts/bootstrap
+
+setup: bootstrap
+	@.venv/bin/fleetsight setup
+
+up: bootstrap
+	@.venv/bin/fleetsight setup || echo "setup: some steps failed (see above); starting what can run"
+	@.venv/bin/fleetsight up
+
+test: bootstrap
+	@.venv/bin/fleetsight setup || echo "setup: some steps failed (see above); tests that need them will fail"
+	@.venv/bin/ruff check .
+	@.venv/bin/python -m pytest
+
+down:
+	@.venv/bin/fleetsight down
+
+status:
+	@.venv/bin/fleetsight status
+
+lint:
+	@.venv/bin/ruff check . && .venv/bin/ruff format --check .

@@ -1,0 +1,237 @@
+"""The ``fleetsight`` command line."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from fleetsight import __version__, stack
+from fleetsight import setup as setup_mod
+from fleetsight.settings import Settings
+
+console = Console()
+STATUS_STYLE = {
+    "ready": "green", "present": "green", "installed": "green",
+    "starting": "yellow", "restarting": "yellow", "pending": "dim", "stopped": "dim",
+    "failed": "red", "skipped": "red", "down": "red", "unhealthy": "red",
+}
+
+
+def styled(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+class LazyGroup(click.Group):
+    """Loads the sub-command groups that live in component folders only when they are used, so that
+    `fleetsight --help` stays fast and a broken component does not break the whole CLI."""
+
+    lazy: dict[str, tuple[str, str]] = {
+        "twin": ("twin.cli", "the digital twin: run a scenario, serve it, backfill history"),
+        "exporter": ("exporters.cli", "the node agent and the fabric exporter"),
+    }
+    planned: dict[str, str] = {
+        "rules": "check and test the Prometheus alert rules",
+        "anomaly": "the straggler-detection service",
+        "health": "the node health service and its scheduler API",
+        "chatbot": "the runbook chatbot",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy, *self.planned])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            module_name, _ = self.lazy[name]
+            return importlib.import_module(module_name).cli
+        if name in self.planned:
+            return planned_command(name, self.planned[name])
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy:
+                rows.append((name, self.lazy[name][1]))
+            elif name in self.planned:
+                rows.append((name, f"(not built yet) {self.planned[name]}"))
+            else:
+                command = super().get_command(ctx, name)
+                rows.append((name, command.get_short_help_str(70) if command else ""))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def planned_command(name: str, summary: str) -> click.Command:
+    @click.command(name=name, help=f"{summary.capitalize()}. Not built yet: this arrives with its own issue.",
+                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    def command() -> None:
+        raise click.ClickException(f"`fleetsight {name}` is not built yet ({summary}).")
+
+    return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fleetsight")
+def main() -> None:
+    """FleetSight: observability and AIOps for GPU training clusters.
+
+    \b
+    Quick start (on a fresh machine):
+      fleetsight setup      install Prometheus, Alertmanager, Thanos, Kafka, OpenSearch, rsyslog
+      fleetsight up         start the whole stack on the digital twin, print its URLs
+      fleetsight status     show what runs and whether it is healthy
+      fleetsight down       stop everything
+
+    Paths and ports: FLEETSIGHT_RUN_DIR (default ./run), FLEETSIGHT_CACHE_DIR (default ./.cache),
+    FLEETSIGHT_PORT_BASE (default 19000; Prometheus listens on base+90).
+    """
+
+
+@main.command()
+@click.option("--only", multiple=True, metavar="STEP", help="Install only this step (repeatable).")
+@click.option("--list", "list_only", is_flag=True, help="List the steps and whether each is installed.")
+def setup(only: tuple[str, ...], list_only: bool) -> None:
+    """Install everything the stack and the tests need; a second run does nothing.
+
+    Debian packages come from apt; Thanos is built from its Go module, Kafka and OpenSearch are
+    fetched from Maven Central into .cache/. A step that fails is reported with the reason and its
+    log, and the other steps still run. Exits 1 if any step failed.
+
+    \b
+    Examples:
+      fleetsight setup                  install whatever is missing
+      fleetsight setup --list           what is installed, what is not
+      fleetsight setup --only thanos    (re)check one step
+    """
+    settings = Settings()
+    steps = setup_mod.load_steps()
+    if only:
+        unknown = set(only) - {s.name for s in steps}
+        if unknown:
+            raise click.BadParameter(f"unknown step(s) {', '.join(sorted(unknown))}; "
+                                     f"steps: {', '.join(s.name for s in steps)}", param_hint="--only")
+        steps = [s for s in steps if s.name in only]
+    if list_only:
+        table = Table("step", "installed", "for", "what")
+        for step in steps:
+            table.add_row(step.name, styled("present" if step.check(settings) else "failed").replace(
+                "failed", "missing"), step.needed_by, step.description)
+        console.print(table)
+        return
+    started = time.monotonic()
+    status_line = console.status("")
+
+    def on_start(step: setup_mod.InstallStep, index: int, total: int) -> None:
+        eta = f" (first time: {step.eta})" if step.eta else ""
+        status_line.update(f"[{index}/{total}] installing {step.name}: {step.description}{eta}")
+        status_line.start()
+
+    def on_done(result: setup_mod.StepResult, index: int, total: int) -> None:
+        status_line.stop()
+        name = result.step.name
+        if result.outcome == "present":
+            console.print(f"[{index}/{total}] {name}: {styled('present')}")
+        elif result.outcome == "installed":
+            console.print(f"[{index}/{total}] {name}: {styled('installed')} in {result.seconds:.0f}s")
+        else:
+            console.print(f"[{index}/{total}] {name}: {styled('failed')}: {result.detail}")
+            console.print(f"    needed by: {result.step.needed_by}; full log: {result.log}")
+            for line in setup_mod.tail(result.log).splitlines():
+                console.print(f"    | {line}", markup=False, highlight=False)
+
+    results = setup_mod.run_steps(settings, steps, on_start, on_done)
+    elapsed = time.monotonic() - started
+    failed = [r for r in results if r.outcome == "failed"]
+    installed = [r for r in results if r.outcome == "installed"]
+    if failed:
+        console.print(f"[red]setup: {len(failed)} step(s) failed[/] ({', '.join(r.step.name for r in failed)}); "
+                      "the rest is installed.")
+        sys.exit(1)
+    if not installed:
+        console.print(f"setup: nothing to do, all {len(results)} steps already installed ({elapsed:.1f}s).")
+    else:
+        console.print(f"setup: installed {len(installed)} step(s) in {elapsed:.0f}s; "
+                      f"{len(results) - len(installed)} were already there.")
+
+
+def render_rows(rows: list[stack.Row], title: str) -> Table:
+    table = Table("component", "status", "pid", "restarts", "URLs", "detail", title=title, title_justify="left")
+    for row in rows:
+        urls = "\n".join(f"{k}: {v}" for k, v in row.urls.items())
+        table.add_row(row.name, styled(row.status), str(row.pid or ""), str(row.restarts), urls, row.detail)
+    return table
+
+
+@main.command()
+@click.argument("components", nargs=-1)
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C stops the stack.")
+def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
+    """Start the stack (or the named COMPONENTS and their dependencies) on loopback ports.
+
+    Each component runs as a supervised process (restarted if it crashes, the restart logged);
+    logs, configuration and data go under the run folder (FLEETSIGHT_RUN_DIR, default ./run).
+    Returns once every component is ready, or failed, and prints where each one listens.
+
+    \b
+    Examples:
+      fleetsight up                          the whole stack on the twin's demo scenario
+      fleetsight up prometheus               Prometheus and what it depends on
+      FLEETSIGHT_PORT_BASE=29000 fleetsight up   a second stack beside the first
+    """
+    settings = Settings()
+    try:
+        with Live(render_rows([], "starting..."), console=console, transient=True) as live:
+            rows = stack.up(settings, list(components), timeout,
+                            on_progress=lambda r: live.update(render_rows(r, "starting...")))
+    except stack.StackError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(render_rows(rows, f"FleetSight stack (run folder {settings.run_dir})"))
+    bad = [r for r in rows if r.status != "ready"]
+    console.print(f"logs: {settings.run_dir / 'logs'}   stop with: fleetsight down")
+    if foreground:
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            stack.down(settings)
+            console.print("stopped.")
+    if bad:
+        sys.exit(1)
+
+
+@main.command()
+def status() -> None:
+    """Show each component of the running stack and whether it is healthy (exits 1 if not)."""
+    settings = Settings()
+    running, rows = stack.status(settings)
+    if not rows:
+        console.print(f"no stack has run from {settings.run_dir}; start one with `fleetsight up`")
+        sys.exit(1)
+    title = "running" if running else "supervisor NOT running"
+    console.print(render_rows(rows, f"FleetSight stack: {title} ({settings.run_dir})"))
+    if not running or any(r.status not in ("ready", "skipped") for r in rows):
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds before stragglers are killed.")
+def down(timeout: float) -> None:
+    """Stop every component of the stack cleanly, leaving no process behind."""
+    settings = Settings()
+    if stack.supervisor_pid(settings) is None and not stack.rows_from_state(settings):
+        console.print("nothing is running.")
+        return
+    for note in stack.down(settings, timeout):
+        console.print(f"[yellow]{note}[/]")
+    console.print("stack stopped.")
+
+
+if __name__ == "__main__":
+    main()

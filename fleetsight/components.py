@@ -1,0 +1,105 @@
+"""Declarations of the components the local stack runner starts.
+
+A component says how to tell whether it is installed, how to prepare its configuration in the run
+folder, the command that starts it, how to tell that it is ready, what it depends on and which URLs
+it serves. Each component folder declares its own in a ``component.py`` module exporting
+``COMPONENTS``; the runner gathers them from :data:`COMPONENT_MODULES`, so a later component joins the
+stack by adding its module name there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from fleetsight.settings import Settings
+
+COMPONENT_MODULES = [
+    "metrics.component",
+    "alerting.component",
+    "twin.component",
+    "exporters.component",
+]
+
+
+@dataclass(frozen=True)
+class Component:
+    """One supervised process of the local stack."""
+
+    name: str
+    description: str
+    command: Callable[[Settings], list[str]]
+    ready: Callable[[Settings], bool]
+    urls: Callable[[Settings], dict[str, str]] = lambda s: {}
+    missing: Callable[[Settings], str | None] = lambda s: None
+    """Returns why the component cannot run (e.g. a binary is not installed), or None."""
+    prepare: Callable[[Settings], None] = lambda s: None
+    """Writes configuration into the run folder before each start."""
+    depends_on: tuple[str, ...] = ()
+    env: Callable[[Settings], dict[str, str]] = lambda s: {}
+    scrape_configs: Callable[[Settings], list[dict[str, Any]]] = lambda s: []
+    """Prometheus scrape_configs this component wants; Prometheus gathers them from every component."""
+    ready_timeout_s: float = 60.0
+    default: bool = True
+    """Whether ``fleetsight up`` starts it when no component is named."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_components() -> dict[str, Component]:
+    """All declared components, by name, in declaration order."""
+    found: dict[str, Component] = {}
+    for module_name in COMPONENT_MODULES:
+        module = importlib.import_module(module_name)
+        for component in getattr(module, "COMPONENTS", []):
+            if component.name in found:
+                raise ValueError(f"component {component.name!r} is declared twice ({module_name})")
+            found[component.name] = component
+    return found
+
+
+def resolve_order(components: dict[str, Component], wanted: list[str]) -> list[Component]:
+    """The wanted components and everything they depend on, dependencies first."""
+    order: list[Component] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if any(c.name == name for c in order):
+            return
+        if name not in components:
+            known = ", ".join(components)
+            raise KeyError(f"unknown component {name!r} (known: {known})")
+        if name in visiting:
+            raise ValueError(f"dependency cycle through {name!r}")
+        visiting.add(name)
+        for dependency in components[name].depends_on:
+            visit(dependency)
+        visiting.discard(name)
+        order.append(components[name])
+
+    for name in wanted:
+        visit(name)
+    return order
+
+
+# Helpers that declarations share.
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True when GET url answers 2xx."""
+    try:
+        return httpx.get(url, timeout=timeout).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def missing_binary(*names: str) -> str | None:
+    """Why a component cannot run when one of its binaries is not on PATH, else None."""
+    absent = [n for n in names if shutil.which(n) is None]
+    if absent:
+        return f"not installed: {', '.join(absent)} (run `fleetsight setup`)"
+    return None

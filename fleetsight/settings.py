@@ -1,0 +1,76 @@
+"""Where things live and which ports the local stack uses.
+
+Everything is overridable by environment variables so that tests (and two stacks on one machine)
+can run side by side: ``FLEETSIGHT_RUN_DIR``, ``FLEETSIGHT_CACHE_DIR``, ``FLEETSIGHT_PORT_BASE``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Offsets from the port base, one per component port. Components look their port up by name so that
+# a second stack only has to move the base.
+PORT_OFFSETS: dict[str, int] = {
+    "prometheus": 90,
+    "alertmanager": 93,
+    "alertmanager_cluster": 94,
+    "slack_sink": 95,
+    "twin": 100,
+    "exporter_node": 200,  # a range: one port per node agent, up to 1000 nodes
+    "exporter_fabric": 99,
+    "thanos_query": 110,
+    "thanos_sidecar_http": 111,
+    "thanos_sidecar_grpc": 112,
+    "thanos_store_http": 113,
+    "thanos_store_grpc": 114,
+    "kafka": 120,
+    "kafka_controller": 121,
+    "opensearch": 130,
+    "anomaly": 140,
+    "health": 141,
+    "chatbot": 142,
+    "node_exporter": 150,
+}
+DEFAULT_PORT_BASE = 19000
+
+
+def _env_path(name: str, default: Path) -> Path:
+    value = os.environ.get(name)
+    return Path(value).expanduser().resolve() if value else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Paths and ports of one local stack."""
+
+    repo_root: Path = REPO_ROOT
+    run_dir: Path = field(default_factory=lambda: _env_path("FLEETSIGHT_RUN_DIR", REPO_ROOT / "run"))
+    cache_dir: Path = field(default_factory=lambda: _env_path("FLEETSIGHT_CACHE_DIR", REPO_ROOT / ".cache"))
+    port_base: int = field(
+        default_factory=lambda: int(os.environ.get("FLEETSIGHT_PORT_BASE", DEFAULT_PORT_BASE))
+    )
+    host: str = "127.0.0.1"
+
+    def port(self, name: str) -> int:
+        return self.port_base + PORT_OFFSETS[name]
+
+    def url(self, name: str, path: str = "") -> str:
+        return f"http://{self.host}:{self.port(name)}{path}"
+
+    @property
+    def bin_dir(self) -> Path:
+        """Binaries that setup builds or downloads (Thanos, ...)."""
+        return self.cache_dir / "bin"
+
+    def data_dir(self, component: str) -> Path:
+        return self.run_dir / "data" / component
+
+    def log_file(self, component: str) -> Path:
+        return self.run_dir / "logs" / f"{component}.log"
+
+    def config_dir(self, component: str) -> Path:
+        return self.run_dir / "config" / component

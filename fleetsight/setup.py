@@ -1,0 +1,164 @@
+"""``fleetsight setup``: install what the stack and the tests need, idempotently.
+
+Each thing to install is an :class:`InstallStep` with a fast check ("is it there already?") and an
+install action. Steps are declared next to the component that needs them (``INSTALL_STEPS`` in the
+modules of :data:`INSTALL_MODULES`); the core ones (Debian packages) are here. A step that fails is
+reported with its reason and the tail of its log, and the others still run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetsight.settings import Settings
+
+INSTALL_MODULES = [
+    "fleetsight.setup",
+    "metrics.install",
+    "pipelines.install",
+]
+
+
+class InstallError(RuntimeError):
+    """A step could not install; the message says why."""
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    name: str
+    description: str
+    needed_by: str
+    check: Callable[[Settings], bool]
+    """True when already installed; must be fast (no network, no build)."""
+    install: Callable[[Settings, Path], None]
+    """Installs, logging command output to the given file; raises InstallError or CalledProcessError."""
+    eta: str = ""
+    """How long a first install takes, shown while it runs."""
+
+
+@dataclass
+class StepResult:
+    step: InstallStep
+    outcome: str  # "present", "installed", "failed"
+    seconds: float
+    detail: str = ""
+    log: Path | None = None
+
+
+def run_logged(command: Sequence[str | os.PathLike], log: Path, **kwargs: object) -> None:
+    """Run a command, appending its output to log; raise InstallError naming the command on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(map(str, command))}\n")
+        out.flush()
+        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                check=False, **kwargs)  # type: ignore[call-overload]
+    if result.returncode != 0:
+        raise InstallError(f"`{' '.join(map(str, command[:4]))} ...` exited with code {result.returncode}")
+
+
+def tail(path: Path | None, lines: int = 12) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# -- Debian packages -------------------------------------------------------------------------------
+
+APT_PACKAGES = {
+    "prometheus": "prometheus",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "prometheus-node-exporter": "prometheus-node-exporter",
+    "rsyslog": "rsyslogd",
+    "rsyslog-kafka": None,
+    "rsyslog-elasticsearch": None,
+}
+
+
+def dpkg_installed(package: str) -> bool:
+    result = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
+    )
+    return result.returncode == 0 and "install ok installed" in result.stdout
+
+
+def apt_present(_settings: Settings) -> bool:
+    if shutil.which("dpkg-query") is None:
+        return False
+    return all(dpkg_installed(p) for p in APT_PACKAGES) and all(
+        shutil.which(b) or Path("/usr/sbin", b).exists() for b in APT_PACKAGES.values() if b
+    )
+
+
+def apt_install(_settings: Settings, log: Path) -> None:
+    if shutil.which("apt-get") is None:
+        raise InstallError("apt-get is not available: this needs a Debian-based machine")
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        if shutil.which("sudo") is None:
+            raise InstallError("not root and no sudo: run `apt-get install " + " ".join(APT_PACKAGES) + "` as root")
+        prefix = ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run_logged([*prefix, "apt-get", "update", "-q"], log, env=env)
+    run_logged([*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES], log, env=env)
+    # Debian's packages start their services under systemd where it runs; the local stack runs its own.
+
+
+INSTALL_STEPS = [
+    InstallStep(
+        name="debian-packages",
+        description="Prometheus, Alertmanager, node_exporter, rsyslog with Kafka and Elasticsearch modules",
+        needed_by="prometheus, alertmanager, node_exporter, rsyslog",
+        check=apt_present,
+        install=apt_install,
+        eta="~30 s",
+    ),
+]
+
+
+def load_steps() -> list[InstallStep]:
+    steps: list[InstallStep] = []
+    for module_name in INSTALL_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # that component has not declared install steps yet
+        steps.extend(getattr(module, "INSTALL_STEPS", []))
+    return steps
+
+
+def run_steps(
+    settings: Settings,
+    steps: list[InstallStep],
+    on_start: Callable[[InstallStep, int, int], None] = lambda s, i, n: None,
+    on_done: Callable[[StepResult, int, int], None] = lambda r, i, n: None,
+) -> list[StepResult]:
+    results: list[StepResult] = []
+    for index, step in enumerate(steps, 1):
+        started = time.monotonic()
+        if step.check(settings):
+            result = StepResult(step, "present", time.monotonic() - started)
+        else:
+            on_start(step, index, len(steps))
+            log = settings.cache_dir / "logs" / f"setup-{step.name}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("")
+            try:
+                step.install(settings, log)
+                if not step.check(settings):
+                    raise InstallError("the install finished but the check still fails")
+                result = StepResult(step, "installed", time.monotonic() - started, log=log)
+            except (InstallError, subprocess.CalledProcessError, OSError) as exc:
+                result = StepResult(step, "failed", time.monotonic() - started, detail=str(exc), log=log)
+        results.append(result)
+        on_done(result, index, len(steps))
+    return results

@@ -1,0 +1,133 @@
+"""``fleetsight up``, ``status`` and ``down``: start the supervisor, read its state, stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from fleetsight.components import Component, load_components, resolve_order
+from fleetsight.settings import Settings
+from fleetsight.supervisor import kill_group, pid_alive, pid_path, read_state, state_path
+
+
+class StackError(RuntimeError):
+    """Something the user can act on: the message says what."""
+
+
+@dataclass
+class Row:
+    name: str
+    status: str
+    pid: int | None
+    restarts: int
+    urls: dict[str, str]
+    detail: str
+
+
+def supervisor_pid(settings: Settings) -> int | None:
+    try:
+        pid = int(pid_path(settings).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def choose(settings: Settings, names: list[str]) -> list[Component]:
+    components = load_components()
+    wanted = names or [c.name for c in components.values() if c.default]
+    try:
+        return resolve_order(components, wanted)
+    except (KeyError, ValueError) as exc:
+        raise StackError(str(exc.args[0])) from exc
+
+
+def up(settings: Settings, names: list[str], timeout_s: float, on_progress=None) -> list[Row]:
+    """Start the supervisor for the chosen components and wait until each is ready or failed."""
+    if supervisor_pid(settings):
+        raise StackError(
+            f"a stack is already running from {settings.run_dir} "
+            "(see `fleetsight status`; stop it with `fleetsight down`)"
+        )
+    components = choose(settings, names)
+    for sub in ("logs", "data", "config"):
+        (settings.run_dir / sub).mkdir(parents=True, exist_ok=True)
+    state_path(settings).unlink(missing_ok=True)
+    log = open(settings.log_file("supervisor"), "ab")  # noqa: SIM115 - handed to the child
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fleetsight.supervisor", "--components", ",".join(c.name for c in components)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=settings.repo_root,
+        env={**os.environ, "FLEETSIGHT_RUN_DIR": str(settings.run_dir),
+             "FLEETSIGHT_CACHE_DIR": str(settings.cache_dir),
+             "FLEETSIGHT_PORT_BASE": str(settings.port_base)},
+        start_new_session=True,  # outlives this command
+    )
+    log.close()
+    deadline = time.monotonic() + timeout_s
+    settled = {"ready", "failed", "skipped"}
+    while True:
+        rows = rows_from_state(settings)
+        if on_progress:
+            on_progress(rows)
+        if rows and len(rows) == len(components) and all(r.status in settled for r in rows):
+            return rows
+        if process.poll() is not None:
+            raise StackError(
+                f"the supervisor exited (code {process.returncode}); see {settings.log_file('supervisor')}"
+            )
+        if time.monotonic() > deadline:
+            return rows
+        time.sleep(0.3)
+
+
+def rows_from_state(settings: Settings) -> list[Row]:
+    state = read_state(settings)
+    return [
+        Row(c["name"], c["status"], c["pid"], c["restarts"], c["urls"], c["detail"])
+        for c in state.get("components", [])
+    ]
+
+
+def status(settings: Settings) -> tuple[bool, list[Row]]:
+    """Whether the supervisor runs, and each component with a live readiness check."""
+    running = supervisor_pid(settings) is not None
+    components = load_components()
+    rows = rows_from_state(settings)
+    for row in rows:
+        if row.status == "ready":
+            alive = pid_alive(row.pid)
+            component = components.get(row.name)
+            if not alive:
+                row.status, row.detail = "down", "process is gone"
+            elif component is not None and not component.ready(settings):
+                row.status, row.detail = "unhealthy", "readiness check fails"
+        if not running and row.status not in ("stopped", "skipped"):
+            row.detail = (row.detail + "; supervisor not running").strip("; ")
+    return running, rows
+
+
+def down(settings: Settings, timeout_s: float = 60.0) -> list[str]:
+    """Stop the supervisor and every component; returns what was stopped the hard way."""
+    notes: list[str] = []
+    pid = supervisor_pid(settings)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            notes.append(f"supervisor {pid} did not stop in {timeout_s:.0f}s: killed")
+    # Whatever the state file still lists as running (the supervisor was killed, say) goes too.
+    for row in rows_from_state(settings):
+        if row.pid and pid_alive(row.pid):
+            kill_group(row.pid)
+            notes.append(f"{row.name} (pid {row.pid}) was still running: killed")
+    pid_path(settings).unlink(missing_ok=True)
+    return notes
