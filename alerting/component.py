@@ -45,8 +45,11 @@ COMPONENTS = [
         name="slack-sink",
         description="Slack stand-in: records what Alertmanager would post to Slack",
         command=lambda s: [
-            sys.executable, "-m", "alerting.slack_sink",
-            f"--listen=127.0.0.1:{s.port('slack_sink')}", f"--record={slack_record_file(s)}",
+            sys.executable,
+            "-m",
+            "alerting.slack_sink",
+            f"--listen=127.0.0.1:{s.port('slack_sink')}",
+            f"--record={slack_record_file(s)}",
         ],
         ready=lambda s: http_ok(s.url("slack_sink", "/")),
         urls=lambda s: {"messages": s.url("slack_sink", "/")},

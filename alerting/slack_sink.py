@@ -27,7 +27,9 @@ def make_handler(record_file: Path) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"invalid_payload")
                 return
             with record_file.open("a") as out:
-                out.write(json.dumps({"received_at": time.time(), "path": self.path, "payload": payload}) + "\n")
+                out.write(
+                    json.dumps({"received_at": time.time(), "path": self.path, "payload": payload}) + "\n"
+                )
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.end_headers()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from typing import ClassVar
 
 import click
 from rich.console import Console
@@ -17,9 +18,17 @@ from fleetsight.settings import Settings
 
 console = Console()
 STATUS_STYLE = {
-    "ready": "green", "present": "green", "installed": "green",
-    "starting": "yellow", "restarting": "yellow", "pending": "dim", "stopped": "dim",
-    "failed": "red", "skipped": "red", "down": "red", "unhealthy": "red",
+    "ready": "green",
+    "present": "green",
+    "installed": "green",
+    "starting": "yellow",
+    "restarting": "yellow",
+    "pending": "dim",
+    "stopped": "dim",
+    "failed": "red",
+    "skipped": "red",
+    "down": "red",
+    "unhealthy": "red",
 }
 
 
@@ -31,11 +40,11 @@ class LazyGroup(click.Group):
     """Loads the sub-command groups that live in component folders only when they are used, so that
     `fleetsight --help` stays fast and a broken component does not break the whole CLI."""
 
-    lazy: dict[str, tuple[str, str]] = {
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {
         "twin": ("twin.cli", "the digital twin: run a scenario, serve it, backfill history"),
         "exporter": ("exporters.cli", "the node agent and the fabric exporter"),
     }
-    planned: dict[str, str] = {
+    planned: ClassVar[dict[str, str]] = {
         "rules": "check and test the Prometheus alert rules",
         "anomaly": "the straggler-detection service",
         "health": "the node health service and its scheduler API",
@@ -68,8 +77,11 @@ class LazyGroup(click.Group):
 
 
 def planned_command(name: str, summary: str) -> click.Command:
-    @click.command(name=name, help=f"{summary.capitalize()}. Not built yet: this arrives with its own issue.",
-                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    @click.command(
+        name=name,
+        help=f"{summary.capitalize()}. Not built yet: this arrives with its own issue.",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
     def command() -> None:
         raise click.ClickException(f"`fleetsight {name}` is not built yet ({summary}).")
 
@@ -114,14 +126,20 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
     if only:
         unknown = set(only) - {s.name for s in steps}
         if unknown:
-            raise click.BadParameter(f"unknown step(s) {', '.join(sorted(unknown))}; "
-                                     f"steps: {', '.join(s.name for s in steps)}", param_hint="--only")
+            raise click.BadParameter(
+                f"unknown step(s) {', '.join(sorted(unknown))}; steps: {', '.join(s.name for s in steps)}",
+                param_hint="--only",
+            )
         steps = [s for s in steps if s.name in only]
     if list_only:
         table = Table("step", "installed", "for", "what")
         for step in steps:
-            table.add_row(step.name, styled("present" if step.check(settings) else "failed").replace(
-                "failed", "missing"), step.needed_by, step.description)
+            table.add_row(
+                step.name,
+                styled("present" if step.check(settings) else "failed").replace("failed", "missing"),
+                step.needed_by,
+                step.description,
+            )
         console.print(table)
         return
     started = time.monotonic()
@@ -150,18 +168,24 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
     failed = [r for r in results if r.outcome == "failed"]
     installed = [r for r in results if r.outcome == "installed"]
     if failed:
-        console.print(f"[red]setup: {len(failed)} step(s) failed[/] ({', '.join(r.step.name for r in failed)}); "
-                      "the rest is installed.")
+        console.print(
+            f"[red]setup: {len(failed)} step(s) failed[/] ({', '.join(r.step.name for r in failed)}); "
+            "the rest is installed."
+        )
         sys.exit(1)
     if not installed:
         console.print(f"setup: nothing to do, all {len(results)} steps already installed ({elapsed:.1f}s).")
     else:
-        console.print(f"setup: installed {len(installed)} step(s) in {elapsed:.0f}s; "
-                      f"{len(results) - len(installed)} were already there.")
+        console.print(
+            f"setup: installed {len(installed)} step(s) in {elapsed:.0f}s; "
+            f"{len(results) - len(installed)} were already there."
+        )
 
 
 def render_rows(rows: list[stack.Row], title: str) -> Table:
-    table = Table("component", "status", "pid", "restarts", "URLs", "detail", title=title, title_justify="left")
+    table = Table(
+        "component", "status", "pid", "restarts", "URLs", "detail", title=title, title_justify="left"
+    )
     for row in rows:
         urls = "\n".join(f"{k}: {v}" for k, v in row.urls.items())
         table.add_row(row.name, styled(row.status), str(row.pid or ""), str(row.restarts), urls, row.detail)
@@ -188,8 +212,12 @@ def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
     settings = Settings()
     try:
         with Live(render_rows([], "starting..."), console=console, transient=True) as live:
-            rows = stack.up(settings, list(components), timeout,
-                            on_progress=lambda r: live.update(render_rows(r, "starting...")))
+            rows = stack.up(
+                settings,
+                list(components),
+                timeout,
+                on_progress=lambda r: live.update(render_rows(r, "starting...")),
+            )
     except stack.StackError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(render_rows(rows, f"FleetSight stack (run folder {settings.run_dir})"))

@@ -58,8 +58,9 @@ def run_logged(command: Sequence[str | os.PathLike], log: Path, **kwargs: object
     with log.open("a") as out:
         out.write(f"$ {' '.join(map(str, command))}\n")
         out.flush()
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                check=False, **kwargs)  # type: ignore[call-overload]
+        result = subprocess.run(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False, **kwargs
+        )  # type: ignore[call-overload]
     if result.returncode != 0:
         raise InstallError(f"`{' '.join(map(str, command[:4]))} ...` exited with code {result.returncode}")
 
@@ -103,11 +104,15 @@ def apt_install(_settings: Settings, log: Path) -> None:
     prefix: list[str] = []
     if os.geteuid() != 0:
         if shutil.which("sudo") is None:
-            raise InstallError("not root and no sudo: run `apt-get install " + " ".join(APT_PACKAGES) + "` as root")
+            raise InstallError(
+                "not root and no sudo: run `apt-get install " + " ".join(APT_PACKAGES) + "` as root"
+            )
         prefix = ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     run_logged([*prefix, "apt-get", "update", "-q"], log, env=env)
-    run_logged([*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES], log, env=env)
+    run_logged(
+        [*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES], log, env=env
+    )
     # Debian's packages start their services under systemd where it runs; the local stack runs its own.
 
 

@@ -63,9 +63,12 @@ def up(settings: Settings, names: list[str], timeout_s: float, on_progress=None)
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         cwd=settings.repo_root,
-        env={**os.environ, "FLEETSIGHT_RUN_DIR": str(settings.run_dir),
-             "FLEETSIGHT_CACHE_DIR": str(settings.cache_dir),
-             "FLEETSIGHT_PORT_BASE": str(settings.port_base)},
+        env={
+            **os.environ,
+            "FLEETSIGHT_RUN_DIR": str(settings.run_dir),
+            "FLEETSIGHT_CACHE_DIR": str(settings.cache_dir),
+            "FLEETSIGHT_PORT_BASE": str(settings.port_base),
+        },
         start_new_session=True,  # outlives this command
     )
     log.close()

@@ -9,6 +9,7 @@ whatever it spawned. Events go to ``<run>/logs/supervisor.log``, one ``key=value
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -248,17 +249,13 @@ class Supervisor:
 
 
 def terminate_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(argv: list[str] | None = None) -> None:

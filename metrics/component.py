@@ -26,10 +26,15 @@ def local_config(settings: Settings) -> dict[str, Any]:
         "rule_files": [str(RULES_DIR / "*.yml")],
         "alerting": {
             "alert_relabel_configs": production["alerting"]["alert_relabel_configs"],
-            "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{settings.port('alertmanager')}"]}]}],
+            "alertmanagers": [
+                {"static_configs": [{"targets": [f"127.0.0.1:{settings.port('alertmanager')}"]}]}
+            ],
         },
         "scrape_configs": [
-            {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{settings.port('prometheus')}"]}]},
+            {
+                "job_name": "prometheus",
+                "static_configs": [{"targets": [f"127.0.0.1:{settings.port('prometheus')}"]}],
+            },
         ],
     }
     config["global"]["external_labels"] = {**production["global"]["external_labels"], "replica": "local"}
