@@ -10,6 +10,7 @@ stack by adding its module name there.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,10 +51,17 @@ class Component:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def component_modules() -> list[str]:
+    """The built-in component modules plus any named in FLEETSIGHT_EXTRA_COMPONENTS (comma-separated
+    importable module names): a site's own components, or a test's."""
+    extra = [m.strip() for m in os.environ.get("FLEETSIGHT_EXTRA_COMPONENTS", "").split(",") if m.strip()]
+    return [*COMPONENT_MODULES, *extra]
+
+
 def load_components() -> dict[str, Component]:
     """All declared components, by name, in declaration order."""
     found: dict[str, Component] = {}
-    for module_name in COMPONENT_MODULES:
+    for module_name in component_modules():
         module = importlib.import_module(module_name)
         for component in getattr(module, "COMPONENTS", []):
             if component.name in found:

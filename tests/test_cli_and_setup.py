@@ -1,0 +1,78 @@
+"""The CLI teaches (every --help has an example) and setup is idempotent."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FLEETSIGHT
+from fleetsight.cli import main
+from fleetsight.components import Component, load_components, resolve_order
+from fleetsight.settings import REPO_ROOT
+
+COMMANDS_WITH_EXAMPLES = ["setup", "up"]
+
+
+def test_top_level_help_lists_every_sub_command() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for name in [
+        "setup",
+        "up",
+        "down",
+        "status",
+        "twin",
+        "exporter",
+        "rules",
+        "anomaly",
+        "health",
+        "chatbot",
+    ]:
+        assert f"\n  {name} " in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS_WITH_EXAMPLES)
+def test_help_explains_with_an_example(command: str) -> None:
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output and f"fleetsight {command}" in result.output
+
+
+def test_a_planned_command_says_it_is_not_built_yet() -> None:
+    result = CliRunner().invoke(main, ["chatbot", "ask", "why is my job slow?"])
+    assert result.exit_code != 0
+    assert "not built yet" in result.output
+
+
+def test_setup_rejects_an_unknown_step() -> None:
+    result = CliRunner().invoke(main, ["setup", "--only", "no-such-step"])
+    assert result.exit_code != 0
+    assert "unknown step(s) no-such-step" in result.output
+
+
+def test_second_setup_does_nothing_and_says_so() -> None:
+    """The README's test command ran `fleetsight setup` before the tests: this is the second run."""
+    result = subprocess.run(
+        [*FLEETSIGHT, "setup"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nothing to do" in result.stdout
+    assert "installing" not in result.stdout
+
+
+def test_dependencies_come_first_and_cycles_are_refused() -> None:
+    components = load_components()
+    order = [c.name for c in resolve_order(components, ["prometheus"])]
+    assert order.index("alertmanager") < order.index("prometheus")
+    assert order.index("slack-sink") < order.index("alertmanager")
+
+    cyclic = {
+        name: Component(
+            name=name, description="", command=lambda s: [], ready=lambda s: True, depends_on=(other,)
+        )
+        for name, other in [("a", "b"), ("b", "a")]
+    }
+    with pytest.raises(ValueError, match="dependency cycle"):
+        resolve_order(cyclic, ["a"])
