@@ -236,7 +236,16 @@ def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
 
 @main.command()
 def status() -> None:
-    """Show each component of the running stack and whether it is healthy (exits 1 if not)."""
+    """Show each component of the running stack and whether it is healthy (exits 1 if not).
+
+    Each component that was ready is checked again now (is its process alive, does its readiness
+    check still pass?), so a crash or a hang shows here even between restarts.
+
+    \b
+    Examples:
+      fleetsight status
+      FLEETSIGHT_RUN_DIR=/tmp/stack2 fleetsight status    a second stack's state
+    """
     settings = Settings()
     running, rows = stack.status(settings)
     if not rows:
@@ -251,7 +260,16 @@ def status() -> None:
 @main.command()
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds before stragglers are killed.")
 def down(timeout: float) -> None:
-    """Stop every component of the stack cleanly, leaving no process behind."""
+    """Stop every component of the stack cleanly, leaving no process behind.
+
+    Each component gets SIGTERM (its whole process group), then SIGKILL after 10 s; if the supervisor
+    itself was killed, the components it had started are found from the run folder's state.
+
+    \b
+    Examples:
+      fleetsight down
+      fleetsight down --timeout 10     give up on a hung supervisor sooner
+    """
     settings = Settings()
     if stack.supervisor_pid(settings) is None and not stack.rows_from_state(settings):
         console.print("nothing is running.")

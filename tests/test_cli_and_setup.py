@@ -12,7 +12,7 @@ from fleetsight.cli import main
 from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.settings import REPO_ROOT
 
-COMMANDS_WITH_EXAMPLES = ["setup", "up"]
+COMMANDS_WITH_EXAMPLES = ["setup", "up", "status", "down"]
 
 
 def test_top_level_help_lists_every_sub_command() -> None:
