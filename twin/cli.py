@@ -1,8 +1,232 @@
-"""`fleetsight twin` sub-commands."""
+"""`fleetsight twin` sub-commands: run a scenario (files, and HTTP endpoints with --serve), backfill its
+history into Prometheus TSDB blocks, list and check scenario files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+from pathlib import Path
 
 import click
 
+from twin.scenario import ScenarioError, load, parse_duration, parse_time
 
-@click.group(name="twin")
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+def setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+
+
+def resolve_scenario(value: str) -> Path:
+    """A path, or the name of a shipped scenario (`demo` -> twin/scenarios/demo.yaml)."""
+    path = Path(value)
+    if path.exists():
+        return path
+    shipped = SCENARIO_DIR / f"{value}.yaml"
+    if shipped.exists():
+        return shipped
+    raise click.BadParameter(
+        f"no scenario file {value!r} (and no shipped scenario of that name)", param_hint="--scenario"
+    )
+
+
+def load_or_fail(value: str):
+    try:
+        return load(resolve_scenario(value))
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(name="twin", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Placeholder: filled in by its issue."""
+    """The digital twin: a GPU training cluster in software, in real formats, with faults and truth.
+
+    \b
+    Examples:
+      fleetsight twin run --scenario demo --out run/twin --serve --speed realtime
+      fleetsight twin run --scenario twin/scenarios/psu_failure.yaml --out /tmp/psu --speed max
+      fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
+      fleetsight twin scenarios
+    """
+
+
+@cli.command()
+@click.option(
+    "--scenario", "scenario_name", required=True, help="Scenario YAML file, or a shipped scenario's name."
+)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
+@click.option(
+    "--speed", default="max", show_default=True, help="realtime, max, or a factor (10 = ten times real time)."
+)
+@click.option(
+    "--serve", is_flag=True, help="Serve dcgm-exporter, Redfish, UFM, slurmrestd and targets over HTTP."
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:0",
+    show_default=True,
+    help="HOST:PORT for --serve (port 0: any free port).",
+)
+@click.option("--duration", default=None, help="Override the scenario's duration (e.g. 10m, 2h).")
+@click.option(
+    "--start",
+    default=None,
+    help="Simulated start time (ISO 8601 or 'now'); default: now when paced, else the scenario's.",
+)
+@click.option(
+    "--write-every",
+    default=None,
+    help="Simulated time between rewrites of the sysfs/procfs trees "
+    "(default: every tick when paced, at the end at max speed).",
+)
+@click.option(
+    "--exit-at-end",
+    is_flag=True,
+    help="With --serve: stop when the scenario ends instead of serving its last state.",
+)
+def run(
+    scenario_name: str,
+    out: Path,
+    speed: str,
+    serve: bool,
+    listen: str,
+    duration: str | None,
+    start: str | None,
+    write_every: str | None,
+    exit_at_end: bool,
+) -> None:
+    """Run a scenario, writing each node's sysfs/procfs trees, kernel log and job logs under OUT/nodes/,
+    plus OUT/truth.jsonl (one line per fault) and OUT/meta.json.
+
+    \b
+    Examples:
+      fleetsight twin run --scenario demo --out run/twin --serve --speed realtime --listen 127.0.0.1:19100
+      fleetsight twin run --scenario xid --out /tmp/xid --duration 20m
+      fleetsight twin run --scenario mixed_day --out /tmp/day --speed 60 --serve
+    """
+    from twin.runner import Runner, RunOptions, install_signal_handlers, parse_speed
+
+    setup_logging()
+    scenario = load_or_fail(scenario_name)
+    try:
+        factor = parse_speed(speed)
+        host, _, port_text = listen.rpartition(":")
+        port = int(port_text)
+        options = RunOptions(
+            out=out,
+            speed=factor,
+            serve=serve,
+            host=host or "127.0.0.1",
+            port=port,
+            duration=parse_duration(duration, "--duration") if duration else None,
+            start=(
+                dt.datetime.now(dt.UTC).replace(microsecond=0)
+                if start == "now"
+                else parse_time(start, "--start")
+            )
+            if start
+            else None,
+            write_every=parse_duration(write_every, "--write-every") if write_every else None,
+            linger=not exit_at_end,
+        )
+    except (ValueError, ScenarioError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    runner = Runner(scenario, options)
+    install_signal_handlers(runner)
+    try:
+        summary = runner.run()
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve or write: {exc}") from exc
+    click.echo(
+        f"twin: {summary.nodes} nodes, {summary.ticks} ticks ({summary.sim_seconds:.0f} s simulated) in "
+        f"{summary.wall_seconds:.1f} s; {summary.faults} faults; outputs in {out}"
+    )
+
+
+@cli.command()
+@click.option(
+    "--scenario", "scenario_name", required=True, help="Scenario YAML file, or a shipped scenario's name."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for the TSDB blocks.",
+)
+@click.option("--duration", default=None, help="Override the scenario's duration (e.g. 12h).")
+@click.option(
+    "--end", default=None, help="Time the history ends (ISO 8601; default: now, so the blocks are queryable)."
+)
+@click.option("--keep-openmetrics", is_flag=True, help="Keep the intermediate OpenMetrics file.")
+def backfill(
+    scenario_name: str, out: Path, duration: str | None, end: str | None, keep_openmetrics: bool
+) -> None:
+    """Simulate the scenario at max speed and write its dcgm-exporter history as Prometheus TSDB blocks
+    (OpenMetrics, then `promtool tsdb create-blocks-from openmetrics`). Copy the blocks into a
+    Prometheus data folder (or point Thanos at them) to query hours or days of history at once.
+
+    \b
+    Example:
+      fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
+    """
+    from twin.backfill import BackfillError, backfill_blocks
+
+    setup_logging()
+    scenario = load_or_fail(scenario_name)
+    try:
+        seconds = parse_duration(duration, "--duration") if duration else None
+        end_time = parse_time(end, "--end") if end else None
+        result = backfill_blocks(scenario, out, seconds, end_time, keep_openmetrics)
+    except (BackfillError, ScenarioError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"backfill: {result.samples} samples of {result.series} series, {result.blocks} block(s) in {out} "
+        f"({result.start} .. {result.end}); {result.wall_seconds:.1f} s"
+    )
+
+
+@cli.command()
+def scenarios() -> None:
+    """List the shipped scenarios with their size and faults.
+
+    \b
+    Example:
+      fleetsight twin scenarios
+    """
+    for path in sorted(SCENARIO_DIR.glob("*.yaml")):
+        try:
+            scenario = load(path)
+        except ScenarioError as exc:
+            click.echo(f"{path.stem:<22} INVALID: {exc}")
+            continue
+        click.echo(
+            f"{path.stem:<22} {scenario.cluster.nodes:>5} nodes  {scenario.duration / 3600:6.2f} h  "
+            f"{len(scenario.jobs)} jobs  {len(scenario.faults):>4} faults  {scenario.description}"
+        )
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+def validate(files: tuple[str, ...]) -> None:
+    """Check scenario files; print one line per file, exit 1 if any is invalid.
+
+    \b
+    Example:
+      fleetsight twin validate twin/scenarios/*.yaml
+    """
+    bad = 0
+    for name in files:
+        try:
+            scenario = load(resolve_scenario(name))
+            click.echo(f"ok       {name}: {scenario.cluster.nodes} nodes, {len(scenario.faults)} faults")
+        except (ScenarioError, click.BadParameter) as exc:
+            bad += 1
+            click.echo(f"INVALID  {name}: {exc}")
+    if bad:
+        sys.exit(1)

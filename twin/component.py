@@ -1,5 +1,64 @@
-"""Component declarations for the local stack (filled in by its issue)."""
+"""The twin in the local stack: the demo scenario in real time, served on loopback, with Prometheus
+scraping every node's dcgm-exporter endpoint (found through the twin's http_sd target list)."""
 
-from fleetsight.components import Component
+from __future__ import annotations
 
-COMPONENTS: list[Component] = []
+import sys
+from pathlib import Path
+from typing import Any
+
+from fleetsight.components import Component, http_ok
+from fleetsight.settings import Settings
+
+DEMO_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "demo.yaml"
+
+
+def command(settings: Settings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "fleetsight.cli",
+        "twin",
+        "run",
+        "--scenario",
+        str(DEMO_SCENARIO),
+        "--out",
+        str(settings.data_dir("twin")),
+        "--serve",
+        "--speed",
+        "realtime",
+        "--listen",
+        f"127.0.0.1:{settings.port('twin')}",
+    ]
+
+
+def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
+    """One scrape job for all nodes: targets (with node, cluster and __metrics_path__) come from the
+    twin's http_sd endpoint, so the node list follows the scenario."""
+    return [
+        {
+            "job_name": "dcgm",
+            "scrape_interval": "5s",
+            "scrape_timeout": "4s",
+            "http_sd_configs": [
+                {"url": settings.url("twin", "/targets/dcgm.json"), "refresh_interval": "30s"},
+            ],
+        }
+    ]
+
+
+COMPONENTS = [
+    Component(
+        name="twin",
+        description="Digital twin: the demo cluster's dcgm-exporter, Redfish, UFM, Slurm endpoints and files",
+        command=command,
+        ready=lambda s: http_ok(s.url("twin", "/")),
+        urls=lambda s: {
+            "endpoints": s.url("twin", "/"),
+            "dcgm targets": s.url("twin", "/targets/dcgm.json"),
+            "files": str(s.data_dir("twin")),
+        },
+        scrape_configs=scrape_configs,
+        ready_timeout_s=60.0,
+    ),
+]

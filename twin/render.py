@@ -1,0 +1,622 @@
+"""The twin's network-facing views, each in its real protocol's format: dcgm-exporter's Prometheus
+text, a Redfish BMC's Chassis/Power/PowerSubsystem resources, UFM's REST resources and events, a
+slurmrestd v0.0.40 jobs list and Prometheus http_sd targets."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import numpy as np
+
+from twin import hardware as hw
+from twin import sim as simmod
+from twin.sim import Simulation, hostlist
+
+# (name, type, help, attribute on Simulation, scale)
+DCGM_FIELDS: tuple[tuple[str, str, str, str, float], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock", 1.0),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "_mem_clock", 1.0),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "mem_temp", 1.0),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "gpu_temp", 1.0),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power", 1.0),
+    (
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+        "gauge",
+        "Effective power limit that the driver enforces after taking into account all limiters (in W).",
+        "power_limit",
+        1.0,
+    ),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+        "energy_mj",
+        1.0,
+    ),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", "pcie_replay", 1.0),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "gpu_util", 1.0),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "mem_copy_util", 1.0),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "_zero", 1.0),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "_zero", 1.0),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid_last", 1.0),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free", 1.0),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "fb_used", 1.0),
+    (
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "counter",
+        "Total number of NVLink bandwidth counters for all lanes.",
+        "nvlink_total",
+        1.0,
+    ),
+    (
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "Total number of single-bit volatile ECC errors.",
+        "ecc_sbe",
+        1.0,
+    ),
+    (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "Total number of double-bit volatile ECC errors.",
+        "ecc_dbe",
+        1.0,
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+        "remap_uncorrectable",
+        1.0,
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+        "remap_correctable",
+        1.0,
+    ),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILED", "gauge", "Whether remapping of rows has failed", "remap_failed", 1.0),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending", "remap_pending", 1.0),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons.", "throttle", 1.0),
+    (
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "Ratio of time the graphics engine is active.",
+        "gr_active",
+        1.0,
+    ),
+    (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "gauge",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        "sm_active",
+        1.0,
+    ),
+    (
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gauge",
+        "The ratio of number of warps resident on an SM.",
+        "sm_occupancy",
+        1.0,
+    ),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "tensor",
+        1.0,
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "dram_active",
+        1.0,
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+        "pcie_tx",
+        1.0,
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+        "pcie_rx",
+        1.0,
+    ),
+)
+INTEGER_FIELDS = {
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILED",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+}
+
+
+def dcgm_array(sim: Simulation, attribute: str) -> np.ndarray:
+    if attribute == "_mem_clock":
+        return np.full(sim.power.shape, hw.GPU_MEM_CLOCK)
+    if attribute == "_zero":
+        return np.zeros(sim.power.shape)
+    if attribute == "_fb_free":
+        return hw.GPU_FB_MIB - sim.fb_used
+    return getattr(sim, attribute)
+
+
+def gpu_labels(sim: Simulation, node: int, gpu: int, job: str | None) -> str:
+    labels = (
+        f'gpu="{gpu}",UUID="{sim.gpu_uuids[node][gpu]}",pci_bus_id="{hw.nvml_bus_id(hw.GPU_BDFS[gpu])}",'
+        f'device="nvidia{gpu}",modelName="{hw.GPU_MODEL}",Hostname="{sim.nodes[node]}"'
+    )
+    # dcgm-exporter adds hpc_job only for GPUs that a job-mapping file assigns to a job.
+    return labels + (f',hpc_job="{job}"' if job is not None else "")
+
+
+def dcgm_metrics(sim: Simulation, node: int) -> str:
+    """One node's dcgm-exporter /metrics page."""
+    job = sim.gpu_job(node)
+    present = [g for g in range(simmod.G) if sim.gpu_present[node, g]]
+    labels = [gpu_labels(sim, node, g, job) for g in present]
+    out: list[str] = []
+    for name, kind, help_text, attribute, _ in DCGM_FIELDS:
+        values = dcgm_array(sim, attribute)[node]
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+        if name in INTEGER_FIELDS:
+            out.extend(
+                f"{name}{{{label}}} {int(values[g])}\n" for g, label in zip(present, labels, strict=True)
+            )
+        else:
+            out.extend(
+                f"{name}{{{label}}} {float(values[g]):.6g}\n"
+                for g, label in zip(present, labels, strict=True)
+            )
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------- Redfish
+CHASSIS_ID = "1"
+
+
+def _odata(path: str, kind: str, **body: Any) -> dict[str, Any]:
+    return {"@odata.id": path, "@odata.type": kind, **body}
+
+
+def redfish(sim: Simulation, node: int, path: str) -> dict[str, Any] | None:
+    """The Redfish resource at `path` (below the BMC's base URL), or None when there is none.
+
+    @odata.id links are the real ones, rooted at /redfish/v1: a client appends them to the base URL."""
+    path = "/" + path.strip("/")
+    chassis = f"/redfish/v1/Chassis/{CHASSIS_ID}"
+    supplies = f"{chassis}/PowerSubsystem/PowerSupplies"
+    psus = sim.psu_ok.shape[1]
+    if path in ("/redfish/v1", "/redfish"):
+        return _odata(
+            "/redfish/v1",
+            "#ServiceRoot.v1_15_0.ServiceRoot",
+            Id="RootService",
+            Name="Root Service",
+            RedfishVersion="1.17.0",
+            UUID=sim.gpu_uuids[node][0].removeprefix("GPU-"),
+            Chassis={"@odata.id": "/redfish/v1/Chassis"},
+            Systems={"@odata.id": "/redfish/v1/Systems"},
+            Managers={"@odata.id": "/redfish/v1/Managers"},
+        )
+    if path == "/redfish/v1/Chassis":
+        return _odata(
+            path,
+            "#ChassisCollection.ChassisCollection",
+            Name="Chassis Collection",
+            Members=[{"@odata.id": chassis}],
+            **{"Members@odata.count": 1},
+        )
+    if path == chassis:
+        return _odata(
+            chassis,
+            "#Chassis.v1_21_0.Chassis",
+            Id=CHASSIS_ID,
+            Name="Computer System Chassis",
+            ChassisType="RackMount",
+            Manufacturer="NVIDIA",
+            Model="DGXH100",
+            SerialNumber=f"TWIN{node:06d}",
+            PowerState="On" if sim.alive[node] else "Off",
+            Status={
+                "State": "Enabled",
+                "Health": _chassis_health(sim, node),
+                "HealthRollup": _chassis_health(sim, node),
+            },
+            Power={"@odata.id": f"{chassis}/Power"},
+            PowerSubsystem={"@odata.id": f"{chassis}/PowerSubsystem"},
+        )
+    if path == f"{chassis}/Power":
+        return _power(sim, node, chassis)
+    if path == f"{chassis}/PowerSubsystem":
+        return _odata(
+            path,
+            "#PowerSubsystem.v1_1_0.PowerSubsystem",
+            Id="PowerSubsystem",
+            Name="Power Subsystem",
+            CapacityWatts=3300.0 * psus,
+            Allocation={"AllocatedWatts": 10200.0, "RequestedWatts": 10200.0},
+            Status={"State": "Enabled", "Health": _chassis_health(sim, node)},
+            PowerSupplies={"@odata.id": supplies},
+            PowerSupplyRedundancy=[
+                {
+                    "RedundancyType": "NPlusM",
+                    "MaxSupportedInGroup": psus,
+                    "MinNeededInGroup": psus - 2,
+                    "Status": {"State": "Enabled", "Health": _chassis_health(sim, node)},
+                }
+            ],
+        )
+    if path == supplies:
+        return _odata(
+            path,
+            "#PowerSupplyCollection.PowerSupplyCollection",
+            Name="Power Supply Collection",
+            Members=[{"@odata.id": f"{supplies}/PSU{i}"} for i in range(psus)],
+            **{"Members@odata.count": psus},
+        )
+    for i in range(psus):
+        if path == f"{supplies}/PSU{i}":
+            return _psu(sim, node, i, f"{supplies}/PSU{i}")
+        if path == f"{supplies}/PSU{i}/Metrics":
+            return _psu_metrics(sim, node, i, f"{supplies}/PSU{i}/Metrics")
+    return None
+
+
+def _chassis_health(sim: Simulation, node: int) -> str:
+    return "OK" if sim.psu_ok[node].all() else "Critical"
+
+
+def _psu_output(sim: Simulation, node: int) -> np.ndarray:
+    ok = sim.psu_ok[node]
+    share = sim.node_input_w[node] / max(1, int(ok.sum()))
+    return np.where(ok, share, 0.0)
+
+
+def _psu(sim: Simulation, node: int, i: int, path: str) -> dict[str, Any]:
+    ok = bool(sim.psu_ok[node, i])
+    return _odata(
+        path,
+        "#PowerSupply.v1_5_0.PowerSupply",
+        Id=f"PSU{i}",
+        Name=f"Power Supply {i}",
+        Manufacturer="Delta",
+        Model="ECD16010092",
+        SerialNumber=f"DTW{node:05d}{i}",
+        PowerSupplyType="AC",
+        PowerCapacityWatts=3300.0,
+        LineInputStatus="Normal" if ok else "LossOfInput",
+        Status={"State": "Enabled" if ok else "UnavailableOffline", "Health": "OK" if ok else "Critical"},
+        Metrics={"@odata.id": f"{path}/Metrics"},
+    )
+
+
+def _psu_metrics(sim: Simulation, node: int, i: int, path: str) -> dict[str, Any]:
+    watts = float(_psu_output(sim, node)[i])
+    volts = 230.0 + (node * 7 + i) % 5 * 0.4 if sim.psu_ok[node, i] else 0.0
+    return _odata(
+        path,
+        "#PowerSupplyMetrics.v1_1_0.PowerSupplyMetrics",
+        Id="Metrics",
+        Name=f"Metrics for Power Supply {i}",
+        InputVoltage={"Reading": round(volts, 1)},
+        InputCurrentAmps={"Reading": round(watts / volts, 2) if volts else 0.0},
+        InputPowerWatts={"Reading": round(watts, 1)},
+        OutputPowerWatts={"Reading": round(watts * 0.94, 1)},
+        TemperatureCelsius={"Reading": round(31.0 + watts / 200.0, 1)},
+    )
+
+
+def _power(sim: Simulation, node: int, chassis: str) -> dict[str, Any]:
+    outputs = _psu_output(sim, node)
+    supplies = []
+    for i in range(sim.psu_ok.shape[1]):
+        ok = bool(sim.psu_ok[node, i])
+        supplies.append(
+            {
+                "@odata.id": f"{chassis}/Power#/PowerSupplies/{i}",
+                "MemberId": str(i),
+                "Name": f"PSU{i}",
+                "PowerSupplyType": "AC",
+                "LineInputVoltageType": "ACHighLine",
+                "LineInputVoltage": 230.0 if ok else 0.0,
+                "PowerCapacityWatts": 3300.0,
+                "PowerInputWatts": round(float(outputs[i]), 1),
+                "PowerOutputWatts": round(float(outputs[i]) * 0.94, 1),
+                "LastPowerOutputWatts": round(float(outputs[i]) * 0.94, 1),
+                "Status": {
+                    "State": "Enabled" if ok else "UnavailableOffline",
+                    "Health": "OK" if ok else "Critical",
+                },
+            }
+        )
+    consumed = round(float(sim.node_input_w[node]), 1)
+    brake = not sim.psu_ok[node].all()
+    return _odata(
+        f"{chassis}/Power",
+        "#Power.v1_7_1.Power",
+        Id="Power",
+        Name="Power",
+        PowerControl=[
+            {
+                "@odata.id": f"{chassis}/Power#/PowerControl/0",
+                "MemberId": "0",
+                "Name": "Chassis Power Control",
+                "PowerConsumedWatts": consumed,
+                "PowerCapacityWatts": 3300.0 * len(supplies),
+                "PowerLimit": {
+                    "LimitInWatts": 3200.0 if brake else None,
+                    "LimitException": "HardPowerOff" if brake else "NoAction",
+                },
+                "PowerMetrics": {"IntervalInMin": 1, "AverageConsumedWatts": consumed},
+                "Status": {"State": "Enabled", "Health": _chassis_health(sim, node)},
+            }
+        ],
+        PowerSupplies=supplies,
+    )
+
+
+# ---------------------------------------------------------------------------------------- UFM
+SPEED_NAME = {4: "NDR", 2: "NDR", 1: "NDR"}
+
+
+def ufm_ports(sim: Simulation) -> list[dict[str, Any]]:
+    """UFM's /ufmRest/resources/ports: every HCA port and the leaf port it is cabled to."""
+    seed = sim.scenario.seed
+    ports: list[dict[str, Any]] = []
+    for index, node in enumerate(sim.nodes):
+        alive = bool(sim.alive[index])
+        for p, device in enumerate(hw.IB_DEVICES):
+            guid = hw.hca_guid(seed, node, p)
+            leaf, leaf_port = sim.topology.leaf(index, p)
+            leaf_guid = hw.switch_guid(seed, leaf)
+            up = alive and bool(sim.ib_up[index, p])
+            width = f"{int(sim.ib_width[index, p])}x"
+            common = {
+                "active_speed": "NDR" if up else "",
+                "active_width": width if up else "",
+                "enabled_speed": ["SDR", "FDR", "EDR", "HDR", "NDR"],
+                "supported_speed": ["SDR", "FDR", "EDR", "HDR", "NDR"],
+                "enabled_width": ["1x", "2x", "4x"],
+                "supported_width": ["1x", "2x", "4x"],
+                "physical_state": "Link Up" if up else "Disabled",
+                "logical_state": "Active" if up else "Down",
+                "severity": "Info" if up else "Critical",
+                "mtu": 4096,
+            }
+            ports.append(
+                {
+                    **common,
+                    "name": f"{guid}_1",
+                    "guid": guid,
+                    "number": 1,
+                    "external_number": 1,
+                    "dname": f"{device}/1",
+                    "description": "Computer IB Port",
+                    "node_description": f"{node} {device}",
+                    "system_name": node,
+                    "systemID": guid,
+                    "system_guid": guid,
+                    "lid": index * 16 + p + 1,
+                    "tier": 0,
+                    "peer": f"{leaf_guid}_{leaf_port}",
+                    "peer_guid": leaf_guid,
+                    "peer_node_name": leaf,
+                    "peer_node_description": leaf,
+                    "peer_port_dname": str(leaf_port),
+                    "peer_lid": 1000 + leaf_port,
+                    "module": "N/A",
+                    "capabilities": ["sm", "dr_notice", "cap_mask2"],
+                }
+            )
+            ports.append(
+                {
+                    **common,
+                    "name": f"{leaf_guid}_{leaf_port}",
+                    "guid": leaf_guid,
+                    "number": leaf_port,
+                    "external_number": leaf_port,
+                    "dname": str(leaf_port),
+                    "description": "Switch IB Port",
+                    "node_description": leaf,
+                    "system_name": leaf,
+                    "systemID": leaf_guid,
+                    "system_guid": leaf_guid,
+                    "lid": 1000 + leaf_port,
+                    "tier": 1,
+                    "peer": f"{guid}_1",
+                    "peer_guid": guid,
+                    "peer_node_name": node,
+                    "peer_node_description": f"{node} {device}",
+                    "peer_port_dname": f"{device}/1",
+                    "peer_lid": index * 16 + p + 1,
+                    "module": "N/A",
+                    "capabilities": [],
+                }
+            )
+    return ports
+
+
+def ufm_systems(sim: Simulation) -> list[dict[str, Any]]:
+    seed = sim.scenario.seed
+    systems: list[dict[str, Any]] = []
+    for index, node in enumerate(sim.nodes):
+        guid = hw.hca_guid(seed, node, 0)
+        systems.append(
+            {
+                "system_name": node,
+                "system_guid": guid,
+                "guid": guid,
+                "type": "host",
+                "model": "DGXH100",
+                "vendor": "NVIDIA",
+                "description": "Computer",
+                "state": "active" if sim.alive[index] else "inactive",
+                "severity": "Info" if sim.alive[index] else "Critical",
+                "rack": sim.topology.rack(index),
+                "ip": f"10.0.{index // 250}.{index % 250 + 1}",
+                "ports": [f"{hw.hca_guid(seed, node, p)}_1" for p in range(len(hw.IB_DEVICES))],
+            }
+        )
+    for leaf in sim.topology.leaves():
+        guid = hw.switch_guid(seed, leaf)
+        systems.append(
+            {
+                "system_name": leaf,
+                "system_guid": guid,
+                "guid": guid,
+                "type": "switch",
+                "model": "MQM9790",
+                "vendor": "Mellanox",
+                "description": "MQM9790 Mellanox Technologies",
+                "state": "active",
+                "severity": "Info",
+                "rack": "network",
+                "ip": "0.0.0.0",
+                "ports": [],
+            }
+        )
+    return systems
+
+
+def ufm_telemetry_csv(sim: Simulation) -> str:
+    """Port counters in UFM Telemetry's CSV layout (one row per HCA port)."""
+    columns = (
+        "timestamp,source_id,tag,Node_GUID,port_guid,Port_Number,Device_ID,node_description,"
+        "PortXmitDataExtended,PortRcvDataExtended,PortXmitPktsExtended,PortRcvPktsExtended,"
+        "SymbolErrorCounter,LinkDownedCounter,LinkErrorRecoveryCounter,PortRcvErrorsExtended,PortXmitWaitExtended"
+    )
+    rows = [columns]
+    stamp = int(sim.unix() * 1e6)
+    counters = sim.ib_counters
+    for index, node in enumerate(sim.nodes):
+        for p, device in enumerate(hw.IB_DEVICES):
+            guid = hw.hca_guid(sim.scenario.seed, node, p)
+            values = [
+                int(counters[c][index, p])
+                for c in (
+                    "port_xmit_data",
+                    "port_rcv_data",
+                    "port_xmit_packets",
+                    "port_rcv_packets",
+                    "symbol_error",
+                    "link_downed",
+                    "link_error_recovery",
+                    "port_rcv_errors",
+                    "port_xmit_wait",
+                )
+            ]
+            rows.append(
+                f"{stamp},ufm,{node},0x{guid},0x{guid},1,4129,{node} {device}," + ",".join(map(str, values))
+            )
+    return "\n".join(rows) + "\n"
+
+
+# ---------------------------------------------------------------------------------------- Slurm
+def _number(value: float | None) -> dict[str, Any]:
+    if value is None:
+        return {"set": False, "infinite": False, "number": 0}
+    return {"set": True, "infinite": False, "number": int(value)}
+
+
+def slurm_jobs(sim: Simulation) -> dict[str, Any]:
+    jobs = []
+    for job in sim.jobs:
+        names = [sim.nodes[i] for i in job.nodes]
+        count = job.spec.nodes if isinstance(job.spec.nodes, int) else len(job.spec.nodes)
+        started = sim.unix(job.started_at) if job.started_at is not None else None
+        ended = sim.unix(job.ended_at) if job.ended_at is not None and job.state != "PENDING" else None
+        jobs.append(
+            {
+                "job_id": int(job.spec.id) if job.spec.id.isdigit() else job.spec.id,
+                "name": job.spec.name,
+                "user_name": job.spec.user,
+                "partition": "batch",
+                "account": "research",
+                "job_state": [job.state] + (["REQUEUED"] if job.state == "PENDING" and job.attempt else []),
+                "state_reason": "None" if job.state == "RUNNING" else (job.exit_reason or "Resources"),
+                "nodes": hostlist(names) if job.state == "RUNNING" else "",
+                "node_count": _number(count),
+                "tasks": _number(count * simmod.G),
+                "gres_detail": [f"gpu:h100:{simmod.G}(IDX:0-{simmod.G - 1})" for _ in names]
+                if job.state == "RUNNING"
+                else [],
+                "restart_cnt": max(0, job.attempt - 1),
+                "submit_time": _number(sim.unix(job.spec.start)),
+                "start_time": _number(started),
+                "end_time": _number(ended),
+                "time_limit": _number((job.spec.end - job.spec.start) / 60.0),
+                "requeue": job.spec.restart == "requeue",
+                "comment": f"model profile {job.spec.profile}",
+            }
+        )
+    return {
+        "jobs": jobs,
+        "last_backfill": _number(sim.unix()),
+        "last_update": _number(sim.unix()),
+        "meta": {
+            "plugin": {
+                "type": "openapi/slurmctld",
+                "name": "Slurm OpenAPI slurmctld",
+                "data_parser": "data_parser/v0.0.40",
+            },
+            "client": {"source": "fleetsight-twin", "user": "root", "group": "root"},
+            "command": [],
+            "slurm": {
+                "version": {"major": "23", "micro": "4", "minor": "02"},
+                "release": "23.02.4",
+                "cluster": sim.scenario.cluster.name,
+            },
+        },
+        "errors": [],
+        "warnings": [],
+    }
+
+
+# ---------------------------------------------------------------------------------------- targets
+def dcgm_targets(sim: Simulation, host: str) -> list[dict[str, Any]]:
+    """Prometheus http_sd/file_sd: one target group per node, its metrics path as a label."""
+    return [
+        {
+            "targets": [host],
+            "labels": {
+                "__metrics_path__": f"/dcgm/{node}/metrics",
+                "node": node,
+                "cluster": sim.scenario.cluster.name,
+                "rack": sim.topology.rack(index),
+            },
+        }
+        for index, node in enumerate(sim.nodes)
+    ]
+
+
+def iso_now(sim: Simulation) -> str:
+    return dt.datetime.fromtimestamp(sim.unix(), dt.UTC).isoformat()

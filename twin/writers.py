@@ -1,0 +1,418 @@
+"""Writes the simulation's state as the files a real host has: a sysfs tree, a procfs tree with the
+Lustre client statistics, the kernel log, the job's per-rank logs, the PCIe bandwidth probe's JSON,
+plus the run's truth.jsonl and meta.json.
+
+Files are rewritten only when their content changes. A value that grows (every counter) is written
+in place with one pwrite, so a reader never sees an empty file; one that shrinks (a counter reset by a
+reboot) goes through a temporary file and a rename.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twin import hardware as hw
+from twin import sim as simmod
+from twin.sim import Simulation
+
+IB_STATE = {True: "4: ACTIVE", False: "1: DOWN"}
+IB_PHYS = {True: "5: LinkUp", False: "3: Disabled"}
+IB_RATE = {4: "400 Gb/sec (4X NDR)", 2: "200 Gb/sec (2X NDR)", 1: "100 Gb/sec (1X NDR)"}
+IB_RATE_DOWN = "10 Gb/sec (4X SDR)"
+
+
+def syslog_time(unix: float) -> str:
+    return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat(timespec="microseconds")
+
+
+def dmesg_stamp(uptime: float) -> str:
+    uptime = max(0.0, uptime)
+    seconds = int(uptime)
+    return f"[{seconds:5d}.{int((uptime - seconds) * 1e6):06d}]"
+
+
+class FileCache:
+    """Remembers what each file holds so that unchanged files are not rewritten."""
+
+    def __init__(self) -> None:
+        self.content: dict[str, str] = {}
+        self.writes = 0
+
+    def put(self, path: str, text: str) -> None:
+        old = self.content.get(path)
+        if old == text:
+            return
+        data = text.encode()
+        if old is None or len(text) < len(old):
+            tmp = f"{path}.tmp"
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        else:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+            finally:
+                os.close(fd)
+        self.content[path] = text
+        self.writes += 1
+
+    def forget(self, path: str) -> None:
+        self.content.pop(path, None)
+
+
+class TreeWriter:
+    """Per-node file trees under OUT/nodes/<node>/ and the run's files under OUT/."""
+
+    def __init__(self, out: Path, sim: Simulation) -> None:
+        self.out = out
+        self.sim = sim
+        self.cache = FileCache()
+        self.node_roots = [str(out / "nodes" / name) for name in sim.nodes]
+        fsname = sim.scenario.cluster.lustre_fsname
+        self.llite_dirs = [f"{fsname}-{inst}" for inst in sim.lustre_instance]
+        self.truth_written = 0
+
+    # ------------------------------------------------------------------------------- layout
+    def create(self) -> None:
+        """The directory skeleton and the files that never change."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "truth.jsonl").write_text("")
+        (self.out / "meta.json").write_text(json.dumps(self.meta(), indent=2) + "\n")
+        for index, root in enumerate(self.node_roots):
+            self._create_node(index, Path(root))
+
+    def _create_node(self, index: int, root: Path) -> None:
+        sim = self.sim
+        node = sim.nodes[index]
+        for path in ("var/log", "fleetsight", "sys/bus/pci/devices", "sys/class/infiniband", "sys/fs/lustre"):
+            (root / path).mkdir(parents=True, exist_ok=True)
+        (root / "var/log/kern.log").touch()
+        for device in sim.pci:
+            base = root / "sys/bus/pci/devices" / device.bdf
+            base.mkdir(exist_ok=True)
+            self._static(base, vendor=device.vendor, device=device.device, **{"class": device.pci_class})
+            self._static(
+                base,
+                max_link_speed=hw.PCIE_GEN_SPEED[device.gen],
+                max_link_width=str(device.width),
+            )
+        for port, name in enumerate(hw.IB_DEVICES):
+            base = root / "sys/class/infiniband" / name
+            (base / "ports/1/counters").mkdir(parents=True, exist_ok=True)
+            (base / "ports/1/hw_counters").mkdir(parents=True, exist_ok=True)
+            guid = hw.hca_guid(sim.scenario.seed, node, port)
+            self._static(
+                base,
+                node_guid=hw.sysfs_guid(guid),
+                sys_image_guid=hw.sysfs_guid(guid),
+                fw_ver="28.39.1002",
+                hca_type="MT4129",
+                board_id="MT_0000000838",
+                node_desc=f"{node} {name}",
+                node_type="1: CA",
+            )
+            link = base / "device"
+            if not link.is_symlink():
+                link.symlink_to(f"../../../bus/pci/devices/{hw.HCA_BDFS[port]}")
+            self._static(
+                base / "ports/1",
+                link_layer="InfiniBand",
+                lid=f"0x{index * 16 + port + 1:x}",
+                sm_lid="0x1",
+                lid_mask_count="0",
+                cap_mask="0xa751e84a",
+            )
+        self._static(root / "sys/fs/lustre", version="2.15.4", health_check="healthy")
+        self._create_lustre(index, root)
+
+    def _create_lustre(self, index: int, root: Path) -> None:
+        sim = self.sim
+        fsname = sim.scenario.cluster.lustre_fsname
+        inst = sim.lustre_instance[index]
+        llite = root / "proc/fs/lustre/llite" / self.llite_dirs[index]
+        llite.mkdir(parents=True, exist_ok=True)
+        self._static(
+            root / "sys/fs/lustre/llite" / self.llite_dirs[index],
+            max_read_ahead_mb="1024",
+            uuid=f"{fsname}-client",
+        )
+        for ost in range(sim.scenario.cluster.lustre_osts):
+            name = f"{fsname}-OST{ost:04x}-osc-{inst}"
+            (root / "proc/fs/lustre/osc" / name).mkdir(parents=True, exist_ok=True)
+            self._static(
+                root / "sys/fs/lustre/osc" / name,
+                active="1",
+                max_rpcs_in_flight="8",
+                ost_conn_uuid=f"10.10.{ost // 4}.{10 + ost}@o2ib",
+            )
+        for mdt in range(sim.scenario.cluster.lustre_mdts):
+            name = f"{fsname}-MDT{mdt:04x}-mdc-{inst}"
+            (root / "proc/fs/lustre/mdc" / name).mkdir(parents=True, exist_ok=True)
+            self._static(root / "sys/fs/lustre/mdc" / name, active="1", max_rpcs_in_flight="8")
+
+    def _static(self, directory: Path, **files: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, value in files.items():
+            self.cache.put(str(directory / name), f"{value}\n")
+
+    def meta(self) -> dict[str, Any]:
+        sim = self.sim
+        scenario = sim.scenario
+        topo = sim.topology
+        nodes = []
+        for index, name in enumerate(sim.nodes):
+            nodes.append(
+                {
+                    "name": name,
+                    "rack": topo.rack(index),
+                    "scalable_unit": topo.su(index),
+                    "gpus": [
+                        {"gpu": g, "pci_bdf": bdf, "uuid": sim.gpu_uuids[index][g], "model": hw.GPU_MODEL}
+                        for g, bdf in enumerate(hw.GPU_BDFS)
+                    ],
+                    "hcas": [
+                        {
+                            "device": dev,
+                            "port": 1,
+                            "pci_bdf": hw.HCA_BDFS[p],
+                            "guid": hw.hca_guid(scenario.seed, name, p),
+                            "netdev": hw.netdev_name(hw.HCA_BDFS[p]),
+                            "fabric": "compute" if p < hw.COMPUTE_PORTS else "storage",
+                            "leaf": topo.leaf(index, p)[0],
+                            "leaf_port": topo.leaf(index, p)[1],
+                        }
+                        for p, dev in enumerate(hw.IB_DEVICES)
+                    ],
+                    "psus": [f"PSU{i}" for i in range(scenario.cluster.psus_per_node)],
+                }
+            )
+        return {
+            "scenario": scenario.name,
+            "seed": scenario.seed,
+            "cluster": scenario.cluster.name,
+            "start": sim.iso(0.0),
+            "start_unix": sim.start_unix,
+            "tick_seconds": scenario.tick,
+            "duration_seconds": scenario.duration,
+            "sku": scenario.cluster.sku,
+            "lustre": {"fsname": scenario.cluster.lustre_fsname, "osts": scenario.cluster.lustre_osts},
+            "jobs": [
+                {"id": j.id, "name": j.name, "profile": j.profile, "user": j.user} for j in scenario.jobs
+            ],
+            "nodes": nodes,
+        }
+
+    # ------------------------------------------------------------------------------- per tick
+    def write_state(self) -> None:
+        """Everything that changes: IB ports and counters, PCIe links, Lustre stats, the probe's JSON."""
+        sim = self.sim
+        for index, root in enumerate(self.node_roots):
+            if not sim.alive[index]:
+                continue  # a crashed host writes nothing
+            self._write_ib(index, root)
+            self._write_pci(index, root)
+            self._write_lustre(index, root)
+            self._write_probe(index, root)
+
+    def _write_ib(self, index: int, root: str) -> None:
+        sim = self.sim
+        put = self.cache.put
+        counters = sim.ib_counters
+        hw_counters = sim.ib_hw_counters
+        for port, name in enumerate(hw.IB_DEVICES):
+            base = f"{root}/sys/class/infiniband/{name}/ports/1"
+            up = bool(sim.ib_up[index, port])
+            put(f"{base}/state", IB_STATE[up] + "\n")
+            put(f"{base}/phys_state", IB_PHYS[up] + "\n")
+            put(
+                f"{base}/rate",
+                (IB_RATE.get(int(sim.ib_width[index, port]), IB_RATE[4]) if up else IB_RATE_DOWN) + "\n",
+            )
+            for counter, values in counters.items():
+                put(f"{base}/counters/{counter}", f"{int(values[index, port])}\n")
+            for counter, values in hw_counters.items():
+                put(f"{base}/hw_counters/{counter}", f"{int(values[index, port])}\n")
+
+    def _write_pci(self, index: int, root: str) -> None:
+        sim = self.sim
+        put = self.cache.put
+        for d, device in enumerate(sim.pci):
+            base = f"{root}/sys/bus/pci/devices/{device.bdf}"
+            gone = device.kind == "gpu" and not sim.gpu_present[index, device.index]
+            # A device that fell off the bus reads all-ones config space: speed Unknown, width 63.
+            speed = "Unknown" if gone else hw.PCIE_GEN_SPEED[int(sim.pci_gen[index, d])]
+            width = "63" if gone else str(int(sim.pci_width[index, d]))
+            put(f"{base}/current_link_speed", speed + "\n")
+            put(f"{base}/current_link_width", width + "\n")
+
+    def _write_probe(self, index: int, root: str) -> None:
+        sim = self.sim
+        gpus = [
+            {
+                "gpu": g,
+                "pci_bdf": hw.GPU_BDFS[g],
+                "uuid": sim.gpu_uuids[index][g],
+                "host_to_device_bytes_per_second": round(float(sim.h2d_bandwidth[index, g]), -6),
+            }
+            for g in range(simmod.G)
+            if sim.gpu_present[index, g]
+        ]
+        # The probe runs between jobs in real life; the twin re-measures at most once a minute.
+        measured = sim.unix() - (sim.t % 60.0)
+        self.cache.put(
+            f"{root}/fleetsight/pcie_bandwidth.json",
+            json.dumps({"measured_at": round(measured, 3), "gpus": gpus}) + "\n",
+        )
+
+    def _write_lustre(self, index: int, root: str) -> None:
+        sim = self.sim
+        fsname = sim.scenario.cluster.lustre_fsname
+        inst = sim.lustre_instance[index]
+        now = sim.unix()
+        start = float(sim.lustre_stats_start[index])
+        put = self.cache.put
+        header = stats_header(now, start)
+        put(
+            f"{root}/proc/fs/lustre/llite/{self.llite_dirs[index]}/stats",
+            header + stats_lines(sim.llite, (index,), simmod.LLITE_STATS, simmod.LLITE_UNITS),
+        )
+        slow = {
+            f.state.get("ost")
+            for f in sim.faults
+            if f.spec.kind == "lustre_ost_slow" and f.started and not f.ended
+        }
+        for ost in range(sim.scenario.cluster.lustre_osts):
+            base = f"{root}/proc/fs/lustre/osc/{fsname}-OST{ost:04x}-osc-{inst}"
+            put(
+                f"{base}/stats",
+                header + stats_lines(sim.osc, (index, ost), simmod.OSC_STATS, simmod.OSC_UNITS),
+            )
+            put(f"{base}/rpc_stats", rpc_stats(now, start, sim.osc_rpcs[index, ost]))
+            state = "DISCONN" if ost in slow and int(now) % 60 < 5 else "FULL"
+            put(f"{base}/import", import_file(f"{fsname}-OST{ost:04x}", inst, state, ost))
+        for mdt in range(sim.scenario.cluster.lustre_mdts):
+            base = f"{root}/proc/fs/lustre/mdc/{fsname}-MDT{mdt:04x}-mdc-{inst}"
+            put(f"{base}/stats", header + stats_lines(sim.mdc, (index,), simmod.MDC_STATS, simmod.MDC_UNITS))
+
+    # ------------------------------------------------------------------------------- logs
+    def flush_logs(self) -> None:
+        """Append the kernel and application log lines produced since the last flush, and new truth."""
+        sim = self.sim
+        by_node: dict[int, list[str]] = defaultdict(list)
+        for line in sorted(sim.kernel_lines, key=lambda item: item.t):
+            unix = sim.unix(line.t)
+            stamp = dmesg_stamp(unix - sim.boot_unix[line.node])
+            by_node[line.node].append(
+                f"{syslog_time(unix)} {sim.nodes[line.node]} kernel: {stamp} {line.text}\n"
+            )
+        sim.kernel_lines.clear()
+        for node, lines in by_node.items():
+            with open(f"{self.node_roots[node]}/var/log/kern.log", "a") as handle:
+                handle.writelines(lines)
+        by_rank: dict[tuple[int, str, int], list[str]] = defaultdict(list)
+        for line in sim.app_lines:
+            stamp = dt.datetime.fromtimestamp(sim.unix(line.t), dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+            by_rank[(line.node, line.job, line.rank)].append(f"[{stamp}] {line.text}\n")
+        sim.app_lines.clear()
+        made: set[str] = set()
+        for (node, job, rank), lines in by_rank.items():
+            directory = f"{self.node_roots[node]}/var/log/jobs/{job}"
+            if directory not in made:
+                os.makedirs(directory, exist_ok=True)
+                made.add(directory)
+            with open(f"{directory}/rank-{rank}.log", "a") as handle:
+                handle.writelines(lines)
+        self.flush_truth()
+
+    def flush_truth(self) -> None:
+        lines = self.sim.truth_lines[self.truth_written :]
+        if lines:
+            with open(self.out / "truth.jsonl", "a") as handle:
+                handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+            self.truth_written += len(lines)
+
+
+def stats_header(now: float, start: float) -> str:
+    return (
+        f"{'snapshot_time':<25} {now:.9f} secs.nsecs\n"
+        f"{'start_time':<25} {start:.9f} secs.nsecs\n"
+        f"{'elapsed_time':<25} {max(0.0, now - start):.9f} secs.nsecs\n"
+    )
+
+
+def stats_lines(
+    stats: simmod.Stats, index: tuple[int, ...], names: tuple[str, ...], units: tuple[str, ...]
+) -> str:
+    """`name  N samples [unit] min max sum sumsq`; Lustre leaves out counters that never counted."""
+    count, low, high = stats.count[index], stats.min[index], stats.max[index]
+    total, squares = stats.sum[index], stats.sumsq[index]
+    lines = []
+    for k, name in enumerate(names):
+        if count[k] <= 0:
+            continue
+        lines.append(
+            f"{name:<25} {int(count[k])} samples [{units[k]}] {int(low[k])} {int(high[k])} "
+            f"{int(total[k])} {int(squares[k])}\n"
+        )
+    return "".join(lines)
+
+
+def rpc_stats(now: float, start: float, rpcs: np.ndarray) -> str:
+    """The osc rpc_stats "pages per rpc" histogram, read and write side by side."""
+    lines = [
+        f"snapshot_time:         {now:.9f} secs.nsecs",
+        f"start_time:            {start:.9f} secs.nsecs",
+        f"elapsed_time:          {max(0.0, now - start):.9f} secs.nsecs",
+        "read RPCs in flight:  0",
+        "write RPCs in flight: 0",
+        "pending write pages:  0",
+        "pending read pages:   0",
+        "",
+        "\t\t\tread\t\t\twrite",
+        "pages per rpc         rpcs   % cum % |       rpcs   % cum %",
+    ]
+    totals = [max(1, int(rpcs[side].sum())) for side in (0, 1)]
+    cumulative = [0, 0]
+    for b, pages in enumerate(simmod.RPC_PAGE_BUCKETS):
+        cells = []
+        for side in (0, 1):
+            value = int(rpcs[side, b])
+            cumulative[side] += value
+            cells.append(
+                f"{value:10d} {value * 100 // totals[side]:3d} {cumulative[side] * 100 // totals[side]:3d}"
+            )
+        lines.append(f"{pages}:\t\t{cells[0]}   | {cells[1]}")
+    return "\n".join(lines) + "\n"
+
+
+def import_file(target: str, instance: str, state: str, ost: int) -> str:
+    return (
+        "import:\n"
+        f"    name: {target}-osc-{instance}\n"
+        f"    target: {target}_UUID\n"
+        f"    state: {state}\n"
+        "    connect_flags: [ write_grant, server_lock, version, request_portal, max_byte_per_rpc, "
+        "early_lock_cancel, adaptive_timeouts, lru_resize, alt_checksum_algorithm, fid_is_enabled, "
+        "version_recovery, grant_shrink, full20, layout_lock, 64bithash, object_max_bytes, jobstats, "
+        "einprogress, lvb_type, short_io, lfsck, bulk_mbits, second_flags, lockaheadv2, increasing_xid, "
+        "client_encryption, lseek, reply_mbits ]\n"
+        "    connect_data:\n"
+        "       flags: 0xa0425af2e3440078\n"
+        "       max_brw_size: 4194304\n"
+        f"    import_flags: [ replayable, pingable, connect_tried ]\n"
+        "    connection:\n"
+        f"       failover_nids: [ 10.10.{ost // 4}.{10 + ost}@o2ib ]\n"
+        f"       current_connection: 10.10.{ost // 4}.{10 + ost}@o2ib\n"
+        "       connection_attempts: 1\n"
+        "       generation: 1\n"
+        "       in-progress_invalidations: 0\n"
+        "       idle: 0 sec\n"
+    )
