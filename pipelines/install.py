@@ -1,0 +1,433 @@
+"""``fleetsight setup`` steps for Kafka and OpenSearch, both fetched from Maven Central with Maven.
+
+- Kafka (KRaft, no ZooKeeper) is a set of jars: the broker, the tools (StorageTool) and the log4j 2
+  binding for slf4j 1.x, copied by ``mvn dependency:copy-dependencies`` from ``maven/kafka.pom.xml``.
+- OpenSearch is the integ-test distribution zip plus the ``ingest-common`` module (grok, dissect,
+  date, ... processors) assembled from its jars, from ``maven/opensearch.pom.xml``. It refuses to run
+  as root, so when setup runs as root its files belong to :data:`OPENSEARCH_USER` and the server is
+  started through ``runuser`` (:func:`opensearch_command`).
+
+Each install is assembled in a temporary folder beside its final place and renamed into place only
+when complete, with a stamp of the pinned versions (and the pom's hash) that the checks compare.
+Maven's local repository stays in its default place (~/.m2).
+
+The helpers at the end (classpath, KRaft properties, an OpenSearch instance folder) are what the stack
+runner and the tests use to start these servers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from fleetsight.settings import Settings
+from fleetsight.setup import InstallError, InstallStep, run_logged
+
+# The pins: change one and the next `fleetsight setup` re-installs (the stamp no longer matches).
+KAFKA_VERSION = "4.1.1"
+KAFKA_SCALA_VERSION = "2.13"  # must match the kafka_<scala> artifact in maven/kafka.pom.xml
+LOG4J_VERSION = "2.24.3"
+OPENSEARCH_VERSION = "2.19.3"
+DEPENDENCY_PLUGIN_VERSION = "3.8.1"
+
+MAVEN_DIR = Path(__file__).resolve().parent / "maven"
+KAFKA_POM = MAVEN_DIR / "kafka.pom.xml"
+OPENSEARCH_POM = MAVEN_DIR / "opensearch.pom.xml"
+STAMP_NAME = "fleetsight.stamp"
+
+OPENSEARCH_USER = "nobody"
+"""Who OpenSearch runs as when setup and the runner are root (it refuses root)."""
+OPENSEARCH_HEAP = ("512m", "1g")
+INGEST_COMMON_CLASS = "org.opensearch.ingest.common.IngestCommonPlugin"
+
+
+# -- shared ----------------------------------------------------------------------------------------
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def stamp_matches(home: Path, expected: str) -> bool:
+    stamp = home / STAMP_NAME
+    return stamp.is_file() and stamp.read_text().strip() == expected
+
+
+def require_tools(*tools: str) -> None:
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        raise InstallError(
+            f"{', '.join(missing)} not on PATH: install a JDK 17+ and Maven "
+            "(Debian: apt-get install openjdk-17-jdk-headless maven)"
+        )
+
+
+def maven_copy_dependencies(pom: Path, output: Path, properties: dict[str, str], log: Path) -> None:
+    """Copy the pom's dependencies (and theirs) from Maven Central into output."""
+    defines = [f"-D{key}={value}" for key, value in properties.items()]
+    command = [
+        "mvn", "-B", "-q", "-f", pom, "dependency:copy-dependencies", f"-DoutputDirectory={output}",
+        f"-Ddependency.plugin.version={DEPENDENCY_PLUGIN_VERSION}", *defines,
+    ]  # fmt: skip
+    try:
+        run_logged(command, log)
+    except InstallError as exc:
+        raise InstallError(
+            f"Maven could not fetch the jars of {pom.name} from Maven Central ({exc}); see the log"
+        ) from exc
+
+
+def replace_dir(staged: Path, final: Path) -> None:
+    """Move a complete staged folder into place; the old one (an older version) goes."""
+    if final.exists():
+        retired = final.with_name(f"{final.name}.old-{os.getpid()}")
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(final, retired)
+        shutil.rmtree(retired, ignore_errors=True)
+    os.replace(staged, final)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(folder: Path, prefix: str) -> None:
+    """Remove what an interrupted install left (``<prefix><pid>-...``) unless that process still runs:
+    two setups may run at once."""
+    for path in folder.glob(prefix + "*"):
+        pid = path.name.removeprefix(prefix).split("-")[0]
+        if not (pid.isdigit() and pid_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def staging_dir(settings: Settings, name: str) -> Path:
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(settings.cache_dir, f"{name}.partial-")
+    remove_leftovers(settings.cache_dir, f"{name}.old-")
+    staged = Path(tempfile.mkdtemp(prefix=f"{name}.partial-{os.getpid()}-", dir=settings.cache_dir))
+    staged.chmod(0o755)  # mkdtemp's 0700 would follow the folder into place
+    return staged
+
+
+# -- Kafka -----------------------------------------------------------------------------------------
+
+KAFKA_STAMP = (
+    f"kafka {KAFKA_VERSION} scala {KAFKA_SCALA_VERSION} log4j {LOG4J_VERSION} pom {file_sha256(KAFKA_POM)}"
+)
+KAFKA_REQUIRED_JARS = (
+    f"kafka_{KAFKA_SCALA_VERSION}-{KAFKA_VERSION}.jar",
+    f"kafka-tools-{KAFKA_VERSION}.jar",
+    f"kafka-clients-{KAFKA_VERSION}.jar",
+    f"log4j-slf4j-impl-{LOG4J_VERSION}.jar",
+    f"log4j-core-{LOG4J_VERSION}.jar",
+)
+
+# Console only: whoever starts Kafka sends its output to that component's log file.
+KAFKA_LOG4J2 = """\
+# Written by `fleetsight setup`: Kafka logs one line per event to stdout.
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{ISO8601} level=%p logger=%c msg="%m"%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = info
+logger.apache.name = org.apache.kafka
+logger.apache.level = info
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+
+
+def kafka_home(settings: Settings) -> Path:
+    """Kafka's install folder: ``libs/`` (jars) and ``config/log4j2.properties``."""
+    return settings.cache_dir / "kafka"
+
+
+def kafka_classpath(settings: Settings) -> str:
+    """The Java classpath of every Kafka jar (a wildcard: java expands it)."""
+    return str(kafka_home(settings) / "libs" / "*")
+
+
+def kafka_java_command(settings: Settings, main_class: str, *args: str, heap: str = "512m") -> list[str]:
+    """A java command line running one of Kafka's main classes, e.g. ``kafka.Kafka server.properties``
+    or ``kafka.tools.StorageTool format -t ID -c server.properties``."""
+    log4j = kafka_home(settings) / "config" / "log4j2.properties"
+    return [
+        "java", f"-Xmx{heap}", f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true",
+        "-cp", kafka_classpath(settings), main_class, *args,
+    ]  # fmt: skip
+
+
+def kafka_server_properties(*, node_id: int, broker_port: int, controller_port: int, log_dir: Path) -> str:
+    """server.properties of a single-node KRaft cluster (broker and controller in one process) on
+    loopback, with replication factors of 1 for the internal topics."""
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            f"node.id={node_id}",
+            f"controller.quorum.voters={node_id}@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker_port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={log_dir}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "",
+        ]
+    )
+
+
+def kafka_present(settings: Settings) -> bool:
+    libs = kafka_home(settings) / "libs"
+    return (
+        shutil.which("java") is not None
+        and stamp_matches(kafka_home(settings), KAFKA_STAMP)
+        and all((libs / jar).is_file() for jar in KAFKA_REQUIRED_JARS)
+        and (kafka_home(settings) / "config" / "log4j2.properties").is_file()
+    )
+
+
+def install_kafka(settings: Settings, log: Path) -> None:
+    require_tools("java", "mvn")
+    staged = staging_dir(settings, "kafka")
+    try:
+        properties = {"kafka.version": KAFKA_VERSION, "log4j.version": LOG4J_VERSION}
+        maven_copy_dependencies(KAFKA_POM, staged / "libs", properties, log)
+        missing = [jar for jar in KAFKA_REQUIRED_JARS if not (staged / "libs" / jar).is_file()]
+        if missing:
+            raise InstallError(f"Maven finished but these jars are missing: {', '.join(missing)}")
+        (staged / "config").mkdir()
+        (staged / "config" / "log4j2.properties").write_text(KAFKA_LOG4J2)
+        (staged / STAMP_NAME).write_text(KAFKA_STAMP + "\n")
+        replace_dir(staged, kafka_home(settings))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+# -- OpenSearch ------------------------------------------------------------------------------------
+
+OPENSEARCH_STAMP = (
+    f"opensearch {OPENSEARCH_VERSION} ingest-common {OPENSEARCH_VERSION} heap {'-'.join(OPENSEARCH_HEAP)} "
+    f"pom {file_sha256(OPENSEARCH_POM)}"
+)
+
+
+def opensearch_home(settings: Settings) -> Path:
+    """OpenSearch's install folder (bin/, lib/, modules/ incl. ingest-common, config/ templates)."""
+    return settings.cache_dir / "opensearch"
+
+
+def opensearch_run_as() -> str | None:
+    """The user OpenSearch must run as: :data:`OPENSEARCH_USER` when we are root, else ourselves."""
+    return OPENSEARCH_USER if os.geteuid() == 0 else None
+
+
+def opensearch_command(settings: Settings) -> list[str]:
+    """The command line that starts OpenSearch; configure it with :func:`prepare_opensearch_instance`'s
+    environment. As root it goes through ``runuser`` (same process group, no new session). To stop it,
+    SIGTERM runuser's child (the JVM): runuser then exits with its status. A SIGTERM to runuser itself
+    is forwarded, but runuser SIGKILLs the server 2 s later, which cuts a clean shutdown short."""
+    command = [str(opensearch_home(settings) / "bin" / "opensearch")]
+    user = opensearch_run_as()
+    return ["runuser", "-u", user, "--", *command] if user else command
+
+
+def java_home() -> Path:
+    java = shutil.which("java")
+    if java is None:
+        raise InstallError("java is not on PATH: install a JDK 17+ (Debian: openjdk-17-jdk-headless)")
+    return Path(java).resolve().parent.parent
+
+
+def chown_tree(root: Path, user: str) -> None:
+    entry = pwd.getpwnam(user)
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+
+
+def prepare_opensearch_instance(
+    settings: Settings,
+    instance_dir: Path,
+    *,
+    http_port: int,
+    transport_port: int,
+    cluster_name: str = "fleetsight",
+) -> dict[str, str]:
+    """Make one single-node instance in instance_dir (config/, data/, logs/, tmp/) listening on
+    loopback only, owned by the user it runs as; return the environment to start it with."""
+    config = instance_dir / "config"
+    shutil.copytree(opensearch_home(settings) / "config", config, dirs_exist_ok=True)
+    for sub in ("data", "logs", "tmp"):
+        (instance_dir / sub).mkdir(parents=True, exist_ok=True)
+    (config / "opensearch.yml").write_text(
+        "\n".join(
+            [
+                "# Written by FleetSight: one node on loopback.",
+                f"cluster.name: {cluster_name}",
+                "node.name: node-1",
+                "network.host: 127.0.0.1",
+                f"http.port: {http_port}",
+                f"transport.port: {transport_port}",
+                "discovery.type: single-node",
+                f"path.data: {instance_dir / 'data'}",
+                f"path.logs: {instance_dir / 'logs'}",
+                "action.auto_create_index: true",
+                "",
+            ]
+        )
+    )
+    user = opensearch_run_as()
+    if user:
+        chown_tree(instance_dir, user)
+    return {
+        **os.environ,
+        "OPENSEARCH_PATH_CONF": str(config),
+        "OPENSEARCH_JAVA_HOME": str(java_home()),
+        "OPENSEARCH_TMPDIR": str(instance_dir / "tmp"),
+    }
+
+
+def owner_is(path: Path, user: str) -> bool:
+    try:
+        return path.stat().st_uid == pwd.getpwnam(user).pw_uid
+    except (OSError, KeyError):
+        return False
+
+
+def opensearch_present(settings: Settings) -> bool:
+    home = opensearch_home(settings)
+    module = home / "modules" / "ingest-common"
+    user = opensearch_run_as()
+    return (
+        shutil.which("java") is not None
+        and stamp_matches(home, OPENSEARCH_STAMP)
+        and (home / "bin" / "opensearch").is_file()
+        and (home / "lib" / f"opensearch-{OPENSEARCH_VERSION}.jar").is_file()
+        and (module / "plugin-descriptor.properties").is_file()
+        and (module / f"ingest-common-{OPENSEARCH_VERSION}.jar").is_file()
+        and (user is None or owner_is(home / "config", user))
+    )
+
+
+def extract_zip(archive: Path, target: Path) -> None:
+    """Unzip keeping the files' Unix modes (the launch scripts must stay executable)."""
+    with zipfile.ZipFile(archive) as zipped:
+        for member in zipped.infolist():
+            path = Path(zipped.extract(member, target))
+            mode = member.external_attr >> 16 & 0o777
+            if mode:
+                path.chmod(mode)
+
+
+def artifact_name(jar: str) -> str:
+    """``opensearch-grok-2.19.3.jar`` -> ``opensearch-grok``: the artifact without its version."""
+    stem = jar.removesuffix(".jar")
+    parts = stem.split("-")
+    while parts and parts[-1][:1].isdigit():
+        parts.pop()
+    return "-".join(parts)
+
+
+def assemble_ingest_common(home: Path, jars: list[Path]) -> None:
+    """modules/ingest-common: its jars minus those the server already has in lib/ (a class twice on
+    the classpath makes OpenSearch refuse to start), and the descriptor the module loader reads."""
+    module = home / "modules" / "ingest-common"
+    module.mkdir(parents=True)
+    in_lib = {artifact_name(jar.name) for jar in (home / "lib").glob("*.jar")}
+    for jar in jars:
+        if artifact_name(jar.name) not in in_lib:
+            shutil.copy2(jar, module / jar.name)
+    # The real module also extends lang-painless (script processors); there is no painless here.
+    (module / "plugin-descriptor.properties").write_text(
+        "\n".join(
+            [
+                "description=Ingest processors (grok, dissect, date, ...), assembled by fleetsight setup",
+                f"version={OPENSEARCH_VERSION}",
+                "name=ingest-common",
+                f"classname={INGEST_COMMON_CLASS}",
+                "java.version=11",
+                f"opensearch.version={OPENSEARCH_VERSION}",
+                "",
+            ]
+        )
+    )
+
+
+def heap_options() -> str:
+    low, high = OPENSEARCH_HEAP
+    header = "# Written by `fleetsight setup`: a small heap for one-node test and demo stacks."
+    return f"{header}\n-Xms{low}\n-Xmx{high}\n"
+
+
+def check_traversable(path: Path, user: str) -> None:
+    """The run-as user must be able to reach the install folder through every parent."""
+    for parent in path.resolve().parents:
+        if not os.stat(parent).st_mode & 0o001:
+            raise InstallError(
+                f"{user} cannot enter {parent} (no o+x), so OpenSearch cannot run from {path}: "
+                f"`chmod o+x {parent}` or set FLEETSIGHT_CACHE_DIR to a folder it can reach"
+            )
+
+
+def install_opensearch(settings: Settings, log: Path) -> None:
+    require_tools("java", "mvn")
+    user = opensearch_run_as()
+    if user:
+        check_traversable(opensearch_home(settings), user)
+    staged = staging_dir(settings, "opensearch")
+    try:
+        download = staged / "download"
+        maven_copy_dependencies(OPENSEARCH_POM, download, {"opensearch.version": OPENSEARCH_VERSION}, log)
+        archive = download / f"opensearch-{OPENSEARCH_VERSION}.zip"
+        if not archive.is_file():
+            raise InstallError(f"Maven finished but {archive.name} is missing")
+        extract_zip(archive, staged / "unpacked")
+        home = staged / "unpacked" / f"opensearch-{OPENSEARCH_VERSION}"
+        assemble_ingest_common(home, sorted(download.glob("*.jar")))
+        (home / "config" / "jvm.options.d" / "fleetsight-heap.options").write_text(heap_options())
+        (home / STAMP_NAME).write_text(OPENSEARCH_STAMP + "\n")
+        if user:
+            chown_tree(home, user)
+        replace_dir(home, opensearch_home(settings))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+INSTALL_STEPS = [
+    InstallStep(
+        name="kafka",
+        description=f"Kafka {KAFKA_VERSION} (KRaft) jars from Maven Central",
+        needed_by="kafka, the log pipeline",
+        check=kafka_present,
+        install=install_kafka,
+        eta="~20 s (~6 s with a warm ~/.m2)",
+    ),
+    InstallStep(
+        name="opensearch",
+        description=f"OpenSearch {OPENSEARCH_VERSION} with the ingest-common module, from Maven Central",
+        needed_by="opensearch, ingest pipelines, log alerting",
+        check=opensearch_present,
+        install=install_opensearch,
+        eta="~20 s (~5 s with a warm ~/.m2)",
+    ),
+]
