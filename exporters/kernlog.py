@@ -1,0 +1,279 @@
+"""Reading the kernel log incrementally, from ``/dev/kmsg``, a syslog file, or journald.
+
+Each reader returns the lines that appeared since the last call, with the time the kernel logged them
+when the source says so, and a *position* (file inode and offset; kmsg boot id and sequence number;
+journald cursor) that the caller persists, so that a restarted agent does not count old lines again.
+A file reader notices rotation (a new inode at the path: it finishes the old file, then starts the new
+one at offset 0) and truncation (size below the offset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+
+MAX_BYTES_PER_POLL = 8 << 20  # bounds one scrape's work after a long outage; the rest comes next time
+TAIL_BYTES = 1024  # enough to span a whole kernel line, timestamp included
+
+_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s")
+
+
+@dataclass
+class LogLine:
+    text: str
+    timestamp: float | None = None  # unix seconds when the source says when; else None
+
+
+def syslog_timestamp(line: str) -> float | None:
+    """Unix time of a line that starts with an RFC 3339 stamp (rsyslog's file format), else None."""
+    match = _RFC3339.match(line)
+    if not match:
+        return None
+    stamp = match.group(1).replace("Z", "+00:00")
+    try:
+        parsed = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return parsed.timestamp() if parsed.tzinfo else None
+
+
+class FileReader:
+    """Tails a kernel log file (``/var/log/kern.log`` style), surviving rotation and truncation."""
+
+    kind = "file"
+
+    def __init__(self, path: str, position: dict | None = None) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self.inode: int | None = None
+        self.offset = 0
+        self.partial = b""
+        # The last bytes read before ``offset``: if they change, the file was truncated and rewritten
+        # to at least the same size between two polls (copytruncate), and is read again from the top.
+        self.tail = b""
+        if position and position.get("kind") == self.kind and position.get("path") == path:
+            self.inode, self.offset = position.get("inode"), int(position.get("offset", 0))
+            try:
+                self.tail = bytes.fromhex(str(position.get("tail", "")))
+            except ValueError:
+                self.tail = b""
+
+    def position(self) -> dict:
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "inode": self.inode,
+            "offset": self.offset,
+            "tail": self.tail.hex(),
+        }
+
+    def _open(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        inode = os.fstat(fd).st_ino
+        if inode != self.inode:  # a different file than the saved position names: start at its top
+            self.inode, self.offset, self.partial, self.tail = inode, 0, b"", b""
+        self.fd = fd
+        return True
+
+    def _read_available(self, budget: int) -> bytes:
+        assert self.fd is not None
+        size = os.fstat(self.fd).st_size
+        if size < self.offset or (
+            self.tail and os.pread(self.fd, len(self.tail), self.offset - len(self.tail)) != self.tail
+        ):
+            self.offset, self.partial, self.tail = 0, b"", b""  # truncated in place (copytruncate)
+        if size == self.offset:
+            return b""
+        data = os.pread(self.fd, min(size - self.offset, budget), self.offset)
+        self.offset += len(data)
+        self.tail = (self.tail + data)[-TAIL_BYTES:]
+        return data
+
+    def poll(self) -> list[LogLine]:
+        if self.fd is None and not self._open():
+            raise FileNotFoundError(f"kernel log {self.path} cannot be opened")
+        data = self._read_available(MAX_BYTES_PER_POLL)
+        try:
+            current = os.stat(self.path).st_ino
+        except OSError:
+            current = self.inode  # renamed away and not recreated yet: keep reading the old one
+        if current != self.inode and len(data) < MAX_BYTES_PER_POLL:
+            # Rotated: the old file is drained, move to the new one.
+            os.close(self.fd)  # type: ignore[arg-type]
+            self.fd = None
+            lines = self._split(data, final=True)
+            if self._open():
+                lines += self._split(self._read_available(MAX_BYTES_PER_POLL), final=False)
+            return lines
+        return self._split(data, final=False)
+
+    def _split(self, data: bytes, final: bool) -> list[LogLine]:
+        if not data and not (final and self.partial):
+            return []
+        data = self.partial + data
+        pieces = data.split(b"\n")
+        self.partial = b"" if final else pieces.pop()
+        lines = []
+        for raw in pieces:
+            if raw:
+                text = raw.decode("utf-8", "replace")
+                lines.append(LogLine(text, syslog_timestamp(text)))
+        return lines
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def parse_kmsg_record(record: bytes) -> tuple[int, int, str] | None:
+    """``(sequence, microseconds since boot, message)`` from one ``/dev/kmsg`` record:
+    ``"6,1234,5678901,-;NVRM: Xid ...\\n SUBSYSTEM=pci\\n"`` (continuation lines start with a space)."""
+    head, sep, rest = record.partition(b";")
+    if not sep:
+        return None
+    fields = head.split(b",")
+    if len(fields) < 4:
+        return None
+    try:
+        seq, usec = int(fields[1]), int(fields[2])
+    except ValueError:
+        return None
+    message = rest.split(b"\n", 1)[0].decode("utf-8", "replace")
+    return seq, usec, message
+
+
+def boot_time(procfs_root: str) -> float:
+    """Unix time of boot (``btime`` in /proc/stat), to date kmsg records."""
+    try:
+        with open(os.path.join(procfs_root, "stat")) as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return time.time() - time.monotonic()
+
+
+def boot_id(procfs_root: str) -> str:
+    try:
+        with open(os.path.join(procfs_root, "sys", "kernel", "random", "boot_id")) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class KmsgReader:
+    """Reads ``/dev/kmsg`` without blocking: one record per read(), until EAGAIN."""
+
+    kind = "kmsg"
+
+    def __init__(self, path: str = "/dev/kmsg", procfs_root: str = "/proc", position: dict | None = None):
+        self.path = path
+        self.boot = boot_id(procfs_root)
+        self.btime = boot_time(procfs_root)
+        self.seq = -1
+        self.fd: int | None = None
+        if position and position.get("kind") == self.kind and position.get("boot_id") == self.boot:
+            self.seq = int(position.get("seq", -1))  # same boot: skip what was already counted
+
+    def position(self) -> dict:
+        return {"kind": self.kind, "boot_id": self.boot, "seq": self.seq}
+
+    def poll(self) -> list[LogLine]:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        lines = []
+        budget = MAX_BYTES_PER_POLL
+        while budget > 0:
+            try:
+                record = os.read(self.fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # the ring buffer overwrote records we had not read
+                    continue
+                raise
+            if not record:
+                break
+            budget -= len(record)
+            parsed = parse_kmsg_record(record)
+            if parsed is None or parsed[0] <= self.seq:
+                continue
+            self.seq = parsed[0]
+            lines.append(LogLine(parsed[2], self.btime + parsed[1] / 1e6))
+        return lines
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class JournalReader:
+    """Follows the kernel messages of journald through ``journalctl -k -f -o json`` in a thread."""
+
+    kind = "journald"
+
+    def __init__(self, journalctl: str = "journalctl", position: dict | None = None) -> None:
+        self.cursor = position.get("cursor") if position and position.get("kind") == self.kind else None
+        command = [journalctl, "-k", "-f", "-o", "json", "--no-pager"]
+        command += [f"--after-cursor={self.cursor}"] if self.cursor else ["--boot", "--lines=all"]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
+        self.buffer: deque[tuple[LogLine, str]] = deque(maxlen=100_000)
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._pump, name="journalctl", daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            try:
+                entry = json.loads(raw)
+                message = entry["MESSAGE"]
+                if isinstance(message, list):  # journald gives non-UTF-8 messages as byte arrays
+                    message = bytes(message).decode("utf-8", "replace")
+                stamp = int(entry.get("__REALTIME_TIMESTAMP", 0)) / 1e6 or None
+                cursor = entry.get("__CURSOR", "")
+            except (ValueError, KeyError, TypeError):
+                continue
+            with self.lock:
+                self.buffer.append((LogLine(str(message), stamp), cursor))
+
+    def position(self) -> dict:
+        return {"kind": self.kind, "cursor": self.cursor}
+
+    def poll(self) -> list[LogLine]:
+        with self.lock:
+            items = list(self.buffer)
+            self.buffer.clear()
+        if items:
+            self.cursor = items[-1][1] or self.cursor
+        if not items and self.process.poll() is not None:
+            raise RuntimeError(f"journalctl exited with code {self.process.returncode}")
+        return [line for line, _ in items]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        if self.process.stdout:
+            with contextlib.suppress(OSError):
+                self.process.stdout.close()

@@ -1,0 +1,175 @@
+"""Health probes: the host-to-device PCIe bandwidth of each GPU, measured now and then.
+
+IBM's Autopilot found degraded PCIe links by measuring copy bandwidth (a Gen5 x16 link moves ~50 GB/s;
+a downgraded one a few GB/s). Two ways to get the figure:
+
+* ``file``: read ``{"measured_at": <unix s>, "gpus": [{"gpu", "pci_bdf", "uuid",
+  "host_to_device_bytes_per_second"}]}`` (written by a probe job, or by the digital twin);
+* ``cuda``: measure here, through the CUDA driver API (``libcuda.so.1``, present wherever the NVIDIA
+  driver is; no toolkit needed), in a background thread every ``interval_s``. A measurement copies
+  256 MiB from pinned host memory a few times per GPU: cheap, but it does compete with a running job,
+  so keep the interval long (default one hour) or run it between jobs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+
+from prometheus_client.core import Metric
+
+from exporters.core import Families, Problems, Source, kv, read_text
+from exporters.gpus import GpuMap, normalize_bdf
+
+log = logging.getLogger("fleetsight.exporters.probes")
+
+COPY_BYTES = 256 << 20
+COPIES = 5
+
+
+def parse_bandwidth_file(text: str) -> tuple[float, list[dict]]:
+    """``(measured_at, gpus)``; raises ValueError on a malformed document."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        raise ValueError("expected an object with a 'gpus' list")
+    measured_at = data.get("measured_at")
+    if isinstance(measured_at, bool) or not isinstance(measured_at, int | float):
+        raise ValueError("'measured_at' must be a number")
+    gpus = []
+    for entry in data["gpus"]:
+        if not isinstance(entry, dict):
+            raise ValueError("each GPU entry must be an object")
+        value = entry.get("host_to_device_bytes_per_second")
+        index = entry.get("gpu")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not isinstance(index, int):
+            raise ValueError(f"GPU entry {entry!r} lacks a numeric gpu/host_to_device_bytes_per_second")
+        gpus.append(entry)
+    return float(measured_at), gpus
+
+
+class CudaBandwidthProbe:
+    """Host-to-device copy bandwidth per GPU through the CUDA driver API."""
+
+    def __init__(self) -> None:
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self._check(self.cuda.cuInit(0), "cuInit")
+
+    def _check(self, status: int, call: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{call} failed with CUDA error {status}")
+
+    def measure(self) -> list[dict]:
+        count = ctypes.c_int()
+        self._check(self.cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        return [self._measure_one(ordinal) for ordinal in range(count.value)]
+
+    def _measure_one(self, ordinal: int) -> dict:
+        cuda, check = self.cuda, self._check
+        device = ctypes.c_int()
+        check(cuda.cuDeviceGet(ctypes.byref(device), ordinal), "cuDeviceGet")
+        bus_id = ctypes.create_string_buffer(32)
+        check(cuda.cuDeviceGetPCIBusId(bus_id, 32, device), "cuDeviceGetPCIBusId")
+        context = ctypes.c_void_p()
+        check(cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device), "cuCtxCreate")
+        host, dev = ctypes.c_void_p(), ctypes.c_uint64()
+        try:
+            check(cuda.cuMemAllocHost_v2(ctypes.byref(host), ctypes.c_size_t(COPY_BYTES)), "cuMemAllocHost")
+            check(cuda.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(COPY_BYTES)), "cuMemAlloc")
+            copy = cuda.cuMemcpyHtoD_v2
+            copy.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+            check(copy(dev, host, COPY_BYTES), "cuMemcpyHtoD")  # warm-up: page tables, link wake-up
+            check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+            started = time.perf_counter()
+            for _ in range(COPIES):
+                check(copy(dev, host, COPY_BYTES), "cuMemcpyHtoD")
+            check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+            elapsed = time.perf_counter() - started
+        finally:
+            if dev.value:
+                cuda.cuMemFree_v2(dev)
+            if host.value:
+                cuda.cuMemFreeHost(host)
+            cuda.cuCtxDestroy_v2(context)
+        return {
+            "pci_bdf": normalize_bdf(bus_id.value.decode()) or bus_id.value.decode(),
+            "host_to_device_bytes_per_second": COPY_BYTES * COPIES / elapsed,
+        }
+
+
+class PcieBandwidthSource(Source):
+    name = "pcie_bandwidth"
+
+    def __init__(
+        self, gpu_map: GpuMap, path: str | None, mode: str = "file", interval_s: float = 3600.0
+    ) -> None:
+        self.gpu_map, self.path, self.mode, self.interval_s = gpu_map, path, mode, interval_s
+        self.latest: tuple[float, list[dict]] | None = None
+        self.probe_error = ""
+        if mode == "cuda":
+            threading.Thread(target=self._probe_loop, name="pcie-probe", daemon=True).start()
+
+    def _probe_loop(self) -> None:
+        while True:
+            try:
+                results = CudaBandwidthProbe().measure()
+                for entry in results:
+                    gpu = self.gpu_map.lookup(entry["pci_bdf"])
+                    entry["gpu"], entry["uuid"] = (gpu.index, gpu.uuid) if gpu else (-1, "")
+                self.latest, self.probe_error = (time.time(), results), ""
+                if self.path:
+                    self._save()
+                log.info(kv(event="pcie_probe_done", gpus=len(results)))
+            except (OSError, RuntimeError) as exc:
+                self.probe_error = str(exc)
+                log.warning(kv(event="pcie_probe_failed", error=str(exc)))
+            time.sleep(self.interval_s)
+
+    def _save(self) -> None:
+        assert self.latest is not None and self.path
+        measured_at, gpus = self.latest
+        folder = os.path.dirname(os.path.abspath(self.path))
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
+            json.dump({"measured_at": measured_at, "gpus": gpus}, tmp)
+        os.replace(tmp.name, self.path)
+
+    def gather(self, problems: Problems) -> list[Metric]:
+        if self.mode == "file":
+            text = read_text(self.path or "", limit=1 << 20)
+            if text is None:
+                problems.add("probe_file", f"{self.path} is missing")
+                return []
+            try:
+                self.latest = parse_bandwidth_file(text)
+            except ValueError as exc:
+                problems.add("probe_file", f"{self.path}: {exc}")
+                return []
+        elif self.probe_error:
+            problems.add("cuda", self.probe_error)
+        if self.latest is None:
+            return []
+        measured_at, gpus = self.latest
+        f = Families()
+        labels = ["gpu", "pci_bdf", "uuid"]
+        bandwidth = f.gauge(
+            "fleetsight_pcie_host_to_device_bandwidth_bytes_per_second",
+            "Host-to-device copy bandwidth measured by the health probe.",
+            labels,
+        )
+        stamp = f.gauge(
+            "fleetsight_pcie_host_to_device_bandwidth_timestamp_seconds",
+            "Unix time of the health probe's measurement.",
+            labels,
+        )
+        for entry in gpus:
+            bdf = normalize_bdf(str(entry.get("pci_bdf", ""))) or ""
+            known = self.gpu_map.lookup(bdf)
+            uuid = str(entry.get("uuid") or (known.uuid if known else ""))
+            values = [str(entry["gpu"]), bdf, uuid]
+            bandwidth.add_metric(values, float(entry["host_to_device_bytes_per_second"]))
+            stamp.add_metric(values, measured_at)
+        return f.all()

@@ -1,0 +1,237 @@
+"""NVIDIA Xid and NVSwitch SXid events (and a few other kernel events) from the kernel log.
+
+Forms seen across driver generations, with or without a syslog/dmesg prefix::
+
+    NVRM: Xid (0000:03:00): 13, 0003 00000000 0000a1c0 ...                        (pre-R400, no "PCI:")
+    NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.                    (R4xx)
+    NVRM: Xid (PCI:0000:b1:00): 79, pid='<unknown>', name=<unknown>, GPU has ...   (R5xx)
+    NVRM: Xid (PCI:0000:18:00): 94, pid=2532, name=python3, Contained ECC error    (R535+)
+    NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x...)    (R560+ NVLink)
+    nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 ...       (NVSwitch)
+
+Counting is by Xid code and GPU; the category and recommended action come from
+:mod:`exporters.xid_catalog`. The reader's position and the counts are saved in a state file, so a
+restart neither counts old lines again nor resets the counters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+
+from prometheus_client.core import Metric
+
+from exporters.core import Families, Problems, Source, kv
+from exporters.gpus import GpuMap, normalize_bdf
+from exporters.kernlog import FileReader, JournalReader, KmsgReader, LogLine
+from exporters.xid_catalog import lookup
+
+log = logging.getLogger("fleetsight.exporters.xid")
+
+_XID = re.compile(
+    r"(?:NVRM|nvidia-nvswitch\d*): (?P<kind>S?Xid) "
+    r"\((?:PCI:)?(?P<bdf>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): "
+    r"(?P<code>\d{1,6})(?P<rest>.*)$"
+)
+_SXID_SEVERITY = re.compile(r"^,\s*(Fatal|Non-fatal)", re.IGNORECASE)
+_MLX5 = re.compile(
+    r"mlx5_core (?P<bdf>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]).*?Link (?P<dir>up|down)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    kind: str  # "Xid" or "SXid"
+    code: int
+    pci_bdf: str
+    severity: str = ""  # SXid: "fatal" / "non-fatal" when the line says
+
+
+def parse_xid(line: str) -> XidEvent | None:
+    """The Xid/SXid in a kernel log line, or None; never raises on any input."""
+    if "Xid" not in line:  # cheap pre-check: most lines are not Xids
+        return None
+    match = _XID.search(line)
+    if not match:
+        return None
+    bdf = normalize_bdf(match.group("bdf"))
+    if bdf is None:
+        return None
+    severity = ""
+    if match.group("kind") == "SXid":
+        # The NVSwitch driver spreads one SXid over several lines ("..., Non-fatal, Link 32 ...",
+        # "..., Severity 0 Engine instance ...", "..., Data {...}"); only the first names the severity,
+        # and only that one is the event.
+        sev = _SXID_SEVERITY.match(match.group("rest"))
+        if sev is None:
+            return None
+        severity = sev.group(1).lower()
+    return XidEvent(match.group("kind"), int(match.group("code")), bdf, severity)
+
+
+def other_event(line: str) -> tuple[str, str] | None:
+    """(kind, pci_bdf) of kernel events worth counting besides Xids: Lustre errors, IB link changes."""
+    if "LustreError" in line:
+        return "lustre_error", ""
+    if "Lustre:" in line:
+        if "was lost" in line:
+            return "lustre_connection_lost", ""
+        if "ptlrpc_expire_one_request" in line or "timed out for slow reply" in line:
+            return "lustre_rpc_timeout", ""
+    if "mlx5_core" in line:
+        match = _MLX5.search(line)
+        if match:
+            return f"ib_link_{match.group('dir').lower()}", match.group("bdf").lower()
+    return None
+
+
+class XidSource(Source):
+    name = "xid"
+
+    def __init__(
+        self,
+        mode: str,
+        path: str,
+        gpu_map: GpuMap,
+        state_file: str | None = None,
+        procfs_root: str = "/proc",
+        journalctl: str = "journalctl",
+    ) -> None:
+        self.mode, self.path, self.gpu_map, self.state_file = mode, path, gpu_map, state_file
+        self.procfs_root, self.journalctl = procfs_root, journalctl
+        # (kind, code, bdf) -> [count, last seen]; kind-other (kind, bdf) -> count
+        self.xids: dict[tuple[str, int, str, str], list[float]] = {}
+        self.others: dict[tuple[str, str], int] = {}
+        self.lines_read = 0
+        position = self._load_state()
+        self.reader: FileReader | KmsgReader | JournalReader | None = None
+        self._position = position
+
+    # -- state ------------------------------------------------------------------------------------
+    def _load_state(self) -> dict | None:
+        if not self.state_file:
+            return None
+        try:
+            with open(self.state_file) as f:
+                state = json.load(f)
+            for key, value in state.get("xids", {}).items():
+                kind, code, bdf, severity = key.split("|")
+                self.xids[(kind, int(code), bdf, severity)] = [float(value[0]), float(value[1])]
+            for key, value in state.get("others", {}).items():
+                kind, bdf = key.split("|")
+                self.others[(kind, bdf)] = int(value)
+            self.lines_read = int(state.get("lines_read", 0))
+            return state.get("position")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.warning(kv(event="state_unreadable", file=self.state_file, error=repr(exc)))
+            return None
+
+    def _save_state(self) -> None:
+        if not self.state_file or self.reader is None:
+            return
+        state = {
+            "position": self.reader.position(),
+            "xids": {"|".join(map(str, k)): v for k, v in self.xids.items()},
+            "others": {"|".join(k): v for k, v in self.others.items()},
+            "lines_read": self.lines_read,
+        }
+        folder = os.path.dirname(os.path.abspath(self.state_file))
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
+            json.dump(state, tmp)
+        os.replace(tmp.name, self.state_file)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _reader(self):
+        if self.reader is None:
+            if self.mode == "kmsg":
+                self.reader = KmsgReader(self.path, self.procfs_root, self._position)
+            elif self.mode == "journald":
+                self.reader = JournalReader(self.journalctl, self._position)
+            else:
+                self.reader = FileReader(self.path, self._position)
+        return self.reader
+
+    def _count(self, line: LogLine) -> None:
+        event = parse_xid(line.text)
+        if event is not None:
+            key = (event.kind, event.code, event.pci_bdf, event.severity)
+            entry = self.xids.setdefault(key, [0.0, 0.0])
+            entry[0] += 1
+            entry[1] = max(entry[1], line.timestamp or time.time())
+            return
+        other = other_event(line.text)
+        if other is not None:
+            self.others[other] = self.others.get(other, 0) + 1
+
+    def gather(self, problems: Problems) -> list[Metric]:
+        try:
+            lines = self._reader().poll()
+        except OSError as exc:
+            problems.add(self.mode, f"{self.path}: {exc}")
+            lines = []
+        except RuntimeError as exc:
+            problems.add(self.mode, str(exc))
+            lines = []
+        for line in lines:
+            self._count(line)
+        self.lines_read += len(lines)
+        if lines:
+            try:
+                self._save_state()
+            except OSError as exc:
+                problems.add("state_file", f"{self.state_file}: {exc}")
+        return self._families()
+
+    def _families(self) -> list[Metric]:
+        f = Families()
+        labels = ["xid", "pci_bdf", "gpu", "uuid", "category", "action"]
+        xid_total = f.counter("fleetsight_gpu_xid_errors", "NVIDIA Xid events in the kernel log.", labels)
+        xid_last = f.gauge(
+            "fleetsight_gpu_xid_last_seen_timestamp_seconds",
+            "Unix time of the last Xid of this code on this GPU.",
+            labels,
+        )
+        sxid_labels = ["sxid", "pci_bdf", "severity"]
+        sxid_total = f.counter(
+            "fleetsight_nvswitch_sxid_errors", "NVSwitch SXid events in the kernel log.", sxid_labels
+        )
+        sxid_last = f.gauge(
+            "fleetsight_nvswitch_sxid_last_seen_timestamp_seconds",
+            "Unix time of the last SXid of this code on this NVSwitch.",
+            sxid_labels,
+        )
+        lines = f.counter("fleetsight_kernel_log_lines", "Kernel log lines read by the agent.", [])
+        lines.add_metric([], self.lines_read)
+        for (kind, code, bdf, severity), (count, last) in sorted(self.xids.items()):
+            if kind == "SXid":
+                sxid_total.add_metric([str(code), bdf, severity], count)
+                sxid_last.add_metric([str(code), bdf, severity], last)
+                continue
+            gpu = self.gpu_map.lookup(bdf)
+            info = lookup(code)
+            values = [str(code), bdf, str(gpu.index) if gpu else "", gpu.uuid if gpu else "", info.category]
+            values.append(info.action)
+            xid_total.add_metric(values, count)
+            xid_last.add_metric(values, last)
+        events = f.counter(
+            "fleetsight_kernel_events",
+            "Other kernel log events: lustre_error, lustre_connection_lost, lustre_rpc_timeout, ib_link_down,"
+            " ib_link_up.",
+            ["kind", "pci_bdf"],
+        )
+        for (kind, bdf), count in sorted(self.others.items()):
+            events.add_metric([kind, bdf], count)
+        return f.all()
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
