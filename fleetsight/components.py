@@ -20,11 +20,13 @@ import httpx
 
 from fleetsight.settings import Settings
 
+# Start order (dependencies aside): Prometheus last, so that the targets it discovers over HTTP (the
+# twin's and the exporters') answer at its first service-discovery refresh.
 COMPONENT_MODULES = [
-    "metrics.component",
     "alerting.component",
     "twin.component",
     "exporters.component",
+    "metrics.component",
 ]
 
 
