@@ -20,10 +20,11 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "exporters"))
-from exporter_helpers import JsonServer, free_port  # noqa: E402
+sys.path[:0] = [str(REPO / "tests" / "exporters"), str(REPO / "tests")]
+from exporter_helpers import JsonServer  # noqa: E402
 
 from exporters.fabric import FabricExporter, serve_fabric  # noqa: E402
+from support import free_port  # noqa: E402
 
 PORTS_PER_HOST = 4
 LEAF_PORTS = 64

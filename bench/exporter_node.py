@@ -25,8 +25,10 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "exporters"))
-from exporter_helpers import NodeSpec, build_node, free_port, samples  # noqa: E402
+sys.path[:0] = [str(REPO / "tests" / "exporters"), str(REPO / "tests")]
+from exporter_helpers import NodeSpec, build_node, samples  # noqa: E402
+
+from support import free_port  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"

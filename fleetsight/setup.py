@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetsight.procs import pid_alive
 from fleetsight.settings import Settings
 
 INSTALL_MODULES = [
@@ -63,6 +64,19 @@ def run_logged(command: Sequence[str | os.PathLike], log: Path, **kwargs: object
         )  # type: ignore[call-overload]
     if result.returncode != 0:
         raise InstallError(f"`{' '.join(map(str, command[:4]))} ...` exited with code {result.returncode}")
+
+
+def remove_leftovers(folder: Path, prefix: str) -> None:
+    """Remove what an interrupted install left in folder (``<prefix><pid>-...``) unless that process
+    still runs: two setups may run at once."""
+    for path in folder.glob(prefix + "*"):
+        pid = path.name.removeprefix(prefix).split("-")[0]
+        if pid.isdigit() and pid_alive(int(pid)):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def tail(path: Path | None, lines: int = 12) -> str:

@@ -10,8 +10,9 @@ import time
 from dataclasses import dataclass
 
 from fleetsight.components import Component, load_components, resolve_order
+from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import Settings
-from fleetsight.supervisor import kill_group, pid_alive, pid_path, read_state, state_path
+from fleetsight.supervisor import pid_path, read_state, state_path
 
 
 class StackError(RuntimeError):

@@ -9,7 +9,6 @@ whatever it spawned. Events go to ``<run>/logs/supervisor.log``, one ``key=value
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetsight.components import Component, load_components, resolve_order
+from fleetsight.procs import kill_group, terminate_group
 from fleetsight.settings import Settings
 
 STOP_GRACE_S = 10.0
@@ -52,23 +52,6 @@ def read_state(settings: Settings) -> dict:
         return json.loads(state_path(settings).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def log_event(event: str, **fields: object) -> None:
@@ -246,16 +229,6 @@ class Supervisor:
             self.stop_all()
             pid_path(self.settings).unlink(missing_ok=True)
             log_event("supervisor_exit")
-
-
-def terminate_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-
-
-def kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> None:

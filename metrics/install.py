@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, InstallStep, run_logged
+from fleetsight.setup import InstallError, InstallStep, remove_leftovers, run_logged
 
 # The pins: change one and the next `fleetsight setup` rebuilds (the stamp no longer matches).
 THANOS_MODULE = "github.com/thanos-io/thanos"
@@ -108,29 +108,6 @@ def version_ldflags() -> str:
             f"-X {package}.BuildUser=fleetsight-setup",
         ]
     )
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_leftovers(folder: Path, prefix: str) -> None:
-    """Remove what an interrupted install left (``<prefix><pid>...``) unless that process still runs:
-    two setups may run at once."""
-    for path in folder.glob(prefix + "*"):
-        pid = path.name.removeprefix(prefix).split("-")[0]
-        if pid.isdigit() and pid_alive(int(pid)):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 def install_thanos(settings: Settings, log: Path) -> None:

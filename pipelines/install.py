@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, InstallStep, run_logged
+from fleetsight.setup import InstallError, InstallStep, remove_leftovers, run_logged
 
 # The pins: change one and the next `fleetsight setup` re-installs (the stamp no longer matches).
 KAFKA_VERSION = "4.1.1"
@@ -90,25 +90,6 @@ def replace_dir(staged: Path, final: Path) -> None:
         os.replace(final, retired)
         shutil.rmtree(retired, ignore_errors=True)
     os.replace(staged, final)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_leftovers(folder: Path, prefix: str) -> None:
-    """Remove what an interrupted install left (``<prefix><pid>-...``) unless that process still runs:
-    two setups may run at once."""
-    for path in folder.glob(prefix + "*"):
-        pid = path.name.removeprefix(prefix).split("-")[0]
-        if not (pid.isdigit() and pid_alive(int(pid))):
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def staging_dir(settings: Settings, name: str) -> Path:

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from conftest import StackEnv, wait_until
+from support import StackEnv, wait_until
 
 pytestmark = pytest.mark.stack
 

@@ -7,10 +7,11 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from conftest import FLEETSIGHT
 from fleetsight.cli import main
 from fleetsight.components import Component, load_components, resolve_order
+from fleetsight.procs import kill_group
 from fleetsight.settings import REPO_ROOT
+from support import FLEETSIGHT
 
 COMMANDS_WITH_EXAMPLES = ["setup", "up", "status", "down"]
 
@@ -53,13 +54,21 @@ def test_setup_rejects_an_unknown_step() -> None:
 
 
 def test_second_setup_does_nothing_and_says_so() -> None:
-    """The README's test command ran `fleetsight setup` before the tests: this is the second run."""
-    result = subprocess.run(
-        [*FLEETSIGHT, "setup"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "nothing to do" in result.stdout
-    assert "installing" not in result.stdout
+    """The README's test command ran `fleetsight setup` before the tests: this is the second run. If a
+    step is missing it would start installing; the test then fails and stops that install whole."""
+    process = subprocess.Popen(
+        [*FLEETSIGHT, "setup"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_group(process.pid)
+        output, _ = process.communicate()
+        pytest.fail(f"a second `fleetsight setup` was still installing after 60 s:\n{output}")
+    assert process.returncode == 0, output
+    assert "nothing to do" in output
+    assert "installing" not in output
 
 
 def test_dependencies_come_first_and_cycles_are_refused() -> None:

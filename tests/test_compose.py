@@ -28,9 +28,9 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import wait_until
 from fleetsight.settings import REPO_ROOT, Settings
 from pipelines import logstash
+from support import free_port, wait_until
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 SCHEMA_FILE = REPO_ROOT / "tests" / "fixtures" / "compose-spec.json"
@@ -413,14 +413,6 @@ def answers(url: str) -> httpx.Response | None:
     except httpx.HTTPError:
         return None
     return response if response.status_code == 200 else None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

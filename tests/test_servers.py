@@ -10,7 +10,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,7 +24,6 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
-from conftest import wait_until
 from fleetsight.settings import Settings
 from metrics.install import THANOS_VERSION, thanos_binary, thanos_present
 from pipelines.install import (
@@ -40,17 +38,12 @@ from pipelines.install import (
     opensearch_run_as,
     prepare_opensearch_instance,
 )
+from support import free_port, wait_until
 
 pytestmark = pytest.mark.stack
 
 SETTINGS = Settings()
 STOP_TIMEOUT_S = 30
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def require_installed(step: str, present: bool) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import StackEnv, wait_until
-from fleetsight.supervisor import pid_alive
+from fleetsight.procs import pid_alive
+from support import StackEnv, wait_until
 
 pytestmark = pytest.mark.stack
 

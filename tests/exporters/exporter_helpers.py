@@ -10,10 +10,8 @@ import base64
 import functools
 import json
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -342,21 +340,3 @@ class JsonServer:
 
 def load_routes(name: str) -> dict[str, object]:
     return json.loads((FIXTURES / "redfish" / name).read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def poll(predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.1, what: str = ""):
-    """Polls until predicate returns something truthy, else raises AssertionError (no blind sleeps)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from exporter_helpers import FIXTURES, NodeSpec, build_node, free_port, poll, value
+from exporter_helpers import FIXTURES, NodeSpec, build_node, value
+
+from support import free_port, wait_until
 
 CLI = [sys.executable, "-m", "fleetsight.cli", "exporter"]
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +122,7 @@ def test_served_agent_answers_scrapes_and_stops_cleanly_on_sigterm(node_tree):
                 return None
             return response.text if response.status_code == 200 else None
 
-        text = poll(metrics, timeout=30, what="the node agent's /metrics")
+        text = wait_until(metrics, timeout=30, what="the node agent's /metrics")
         assert value(text, "fleetsight_infiniband_port_up", device="mlx5_0", port="1", node="n0007") == 1
         assert httpx.get(f"http://127.0.0.1:{port}/nope").status_code == 404
         # Appended kernel lines show up in the next scrape.
@@ -128,7 +130,7 @@ def test_served_agent_answers_scrapes_and_stops_cleanly_on_sigterm(node_tree):
             log.write(
                 "2026-11-21T12:00:00+00:00 n0007 kernel: NVRM: Xid (PCI:0000:ba:00): 48, pid=1, name=x, DBE\n"
             )
-        text = poll(
+        text = wait_until(
             lambda: (
                 (t := metrics())
                 and value(t, "fleetsight_gpu_xid_errors_total", xid="48", pci_bdf="0000:ba:00.0") == 1

@@ -8,9 +8,10 @@ import sys
 
 import httpx
 import pytest
-from exporter_helpers import FIXTURES, JsonServer, free_port, poll, value
+from exporter_helpers import FIXTURES, JsonServer, value
 
 from exporters.fabric import FabricExporter
+from support import free_port, wait_until
 
 ROUTES = {
     "/ufmRest/resources/ports": json.loads((FIXTURES / "ufm" / "ports.json").read_text()),
@@ -154,7 +155,7 @@ def test_served_scrape_is_the_cached_snapshot_gzip_included(ufm):
                 return None
             return response if "fleetsight_fabric_port_up" in response.text else None
 
-        response = poll(scraped, timeout=30, what="the fabric exporter to serve its first snapshot")
+        response = wait_until(scraped, timeout=30, what="the fabric exporter to serve its first snapshot")
         assert response.headers["content-encoding"] == "gzip"
         assert value(response.text, "fleetsight_fabric_ports") == 6
         requests_before = len(ufm.behaviour.requests)

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from exporter_helpers import FIXTURES, free_port, poll, samples, value
+from exporter_helpers import FIXTURES, samples, value
+
+from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = FIXTURES / "twin" / "exporter_faults.yaml"
@@ -43,12 +45,12 @@ def twin(tmp_path_factory):
             stderr=subprocess.STDOUT,
         )
     try:
-        poll(
-            lambda: "scenario_over" in log.read_text() or process.poll() is not None,
+        wait_until(
+            lambda: "scenario_over" in log.read_text() or process.wait_until() is not None,
             timeout=180,
             what="the twin to finish its scenario",
         )
-        assert process.poll() is None, f"the twin exited early:\n{log.read_text()[-3000:]}"
+        assert process.wait_until() is None, f"the twin exited early:\n{log.read_text()[-3000:]}"
         truth = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines()]
         yield {"out": out, "url": f"http://127.0.0.1:{port}", "truth": {f["kind"]: f for f in truth}}
     finally:
@@ -282,7 +284,7 @@ def test_fleetsight_up_has_prometheus_scrape_every_node_agent_and_the_fabric(sta
         nodes = len(json.loads(meta_file.read_text())["nodes"]) if meta_file.exists() else -1
         return jobs if jobs.get("fleetsight-fabric") and jobs.get("fleetsight-node") == nodes else None
 
-    poll(scraped, timeout=150, interval=2, what="Prometheus to scrape every twin node's agent and the fabric")
+    wait_until(scraped, timeout=150, interval=2, what="Prometheus to scrape every node agent and the fabric")
     import httpx
 
     result = httpx.get(query, params={"query": "min(fleetsight_collector_success)"}, timeout=5).json()

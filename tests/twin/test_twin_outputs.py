@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from twin_helpers import FLEETSIGHT, wait_until
 
 from fleetsight.settings import REPO_ROOT
+from support import free_port
 
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 ODATA = {"type": "object", "required": ["@odata.id", "@odata.type"]}
@@ -258,14 +259,6 @@ def test_paced_run_advances_and_prometheus_scrapes_it(tmp_path: Path) -> None:
             if process is not None:
                 process.terminate()
                 process.wait(timeout=20)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:

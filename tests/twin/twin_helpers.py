@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,20 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetsight.settings import REPO_ROOT
+from support import wait_until
 
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
 SCENARIOS = REPO_ROOT / "twin" / "scenarios"
-
-
-def wait_until(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 @dataclass
