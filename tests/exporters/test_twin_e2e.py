@@ -46,11 +46,11 @@ def twin(tmp_path_factory):
         )
     try:
         wait_until(
-            lambda: "scenario_over" in log.read_text() or process.wait_until() is not None,
+            lambda: "scenario_over" in log.read_text() or process.poll() is not None,
             timeout=180,
             what="the twin to finish its scenario",
         )
-        assert process.wait_until() is None, f"the twin exited early:\n{log.read_text()[-3000:]}"
+        assert process.poll() is None, f"the twin exited early:\n{log.read_text()[-3000:]}"
         truth = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines()]
         yield {"out": out, "url": f"http://127.0.0.1:{port}", "truth": {f["kind"]: f for f in truth}}
     finally:
