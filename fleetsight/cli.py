@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 import time
 from typing import ClassVar
@@ -147,8 +148,12 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
 
     def on_start(step: setup_mod.InstallStep, index: int, total: int) -> None:
         eta = f" (first time: {step.eta})" if step.eta else ""
-        status_line.update(f"[{index}/{total}] installing {step.name}: {step.description}{eta}")
-        status_line.start()
+        message = f"[{index}/{total}] installing {step.name}: {step.description}{eta}"
+        if console.is_terminal:
+            status_line.update(message)
+            status_line.start()
+        else:  # a log (CI): no spinner, so say what is running before a long silence
+            console.print(message + " ...")
 
     def on_done(result: setup_mod.StepResult, index: int, total: int) -> None:
         status_line.stop()
@@ -163,7 +168,16 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
             for line in setup_mod.tail(result.log).splitlines():
                 console.print(f"    | {line}", markup=False, highlight=False)
 
-    results = setup_mod.run_steps(settings, steps, on_start, on_done)
+    # SIGTERM unwinds like Ctrl-C, so that run_logged stops the install it is running.
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        results = setup_mod.run_steps(settings, steps, on_start, on_done)
+    except KeyboardInterrupt:
+        status_line.stop()
+        console.print(
+            "[red]setup interrupted[/]: the step that was running was stopped; run it again to finish."
+        )
+        sys.exit(130)
     elapsed = time.monotonic() - started
     failed = [r for r in results if r.outcome == "failed"]
     installed = [r for r in results if r.outcome == "installed"]
@@ -180,6 +194,10 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
             f"setup: installed {len(installed)} step(s) in {elapsed:.0f}s; "
             f"{len(results) - len(installed)} were already there."
         )
+
+
+def interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def render_rows(rows: list[stack.Row], title: str) -> Table:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsight.procs import pid_alive
+from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import Settings
 
 INSTALL_MODULES = [
@@ -54,16 +54,26 @@ class StepResult:
 
 
 def run_logged(command: Sequence[str | os.PathLike], log: Path, **kwargs: object) -> None:
-    """Run a command, appending its output to log; raise InstallError naming the command on failure."""
+    """Run a command, appending its output to log; raise InstallError naming the command on failure.
+
+    The command runs in its own process group, and if setup is interrupted (Ctrl-C, SIGTERM) the whole
+    group is killed: an abandoned `go build` or `mvn` would otherwise go on for minutes on its own."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
         out.write(f"$ {' '.join(map(str, command))}\n")
         out.flush()
-        result = subprocess.run(
-            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False, **kwargs
-        )  # type: ignore[call-overload]
-    if result.returncode != 0:
-        raise InstallError(f"`{' '.join(map(str, command[:4]))} ...` exited with code {result.returncode}")
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            **kwargs,
+        )  # type: ignore[call-overload]  # fmt: skip
+        try:
+            returncode = process.wait()
+        except BaseException:
+            kill_group(process.pid)
+            process.wait()
+            raise
+    if returncode != 0:
+        raise InstallError(f"`{' '.join(map(str, command[:4]))} ...` exited with code {returncode}")
 
 
 def remove_leftovers(folder: Path, prefix: str) -> None:

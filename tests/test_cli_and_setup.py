@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -10,9 +13,9 @@ from click.testing import CliRunner
 
 from fleetsight.cli import LazyGroup, main
 from fleetsight.components import Component, load_components, resolve_order
-from fleetsight.procs import kill_group
+from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import REPO_ROOT
-from support import FLEETSIGHT
+from support import FLEETSIGHT, wait_until
 
 
 def built_commands() -> list[list[str]]:
@@ -101,3 +104,20 @@ def test_dependencies_come_first_and_cycles_are_refused() -> None:
     }
     with pytest.raises(ValueError, match="dependency cycle"):
         resolve_order(cyclic, ["a"])
+
+
+def test_an_interrupted_install_stops_the_command_it_was_running(tmp_path: Path) -> None:
+    """Ctrl-C during a step must not leave its build running on its own."""
+    pid_file, log = tmp_path / "child.pid", tmp_path / "step.log"
+    script = (
+        "from pathlib import Path; from fleetsight.setup import run_logged; "
+        f"run_logged(['sh', '-c', 'echo $$ > {pid_file}; exec sleep 600'], Path('{log}'))"
+    )
+    setup_process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, stderr=subprocess.DEVNULL)
+    child = int(
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the step's command")
+    )
+    assert pid_alive(child)
+    setup_process.send_signal(signal.SIGINT)
+    assert setup_process.wait(timeout=30) != 0
+    wait_until(lambda: not pid_alive(child), timeout=10, what="the step's command to be stopped")
