@@ -136,6 +136,8 @@ def main() -> None:
             str(paths["proc"]),
             "--kmsg-file",
             str(paths["kern_log"]),
+            "--state-dir",  # the agent saves its Xid position and counts (cost included); not in /var/lib
+            str(root / "state"),
             "--log-level",
             "WARNING",
         ]

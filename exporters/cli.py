@@ -16,6 +16,7 @@ import yaml
 
 from exporters.core import configure_logging, kv
 from exporters.node import COLLECTORS, MultiNodeAgents, NodeAgent, NodeOptions, serve
+from exporters.state import SYSTEM_STATE_DIR, check_writable, default_state_dir
 
 log = logging.getLogger("fleetsight.exporters")
 
@@ -103,6 +104,13 @@ def cli() -> None:
     show_default=True,
     help="/dev/kmsg, or a kernel log file in syslog format (e.g. /var/log/kern.log).",
 )
+@click.option(
+    "--kernel-log-format",
+    type=click.Choice(["auto", "kmsg", "syslog"]),
+    default="auto",
+    show_default=True,
+    help="Format of --kmsg-file: kmsg records (seq numbers) or syslog lines; auto: kmsg for a device.",
+)
 @click.option("--journald", is_flag=True, help="Read kernel messages from journald instead.")
 @click.option("--journalctl", default="journalctl", show_default=True, hidden=True)
 @click.option("--redfish-url", help="BMC base URL (https://bmc-host); enables the Redfish BMC collector.")
@@ -143,8 +151,11 @@ def cli() -> None:
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False),
-    help="Where the Xid reader keeps its position and counts across restarts.",
+    help="Where the Xid reader keeps its log position and counts across restarts. Default:"
+    f" $STATE_DIRECTORY (systemd), else {SYSTEM_STATE_DIR} if writable, else"
+    " $XDG_STATE_HOME/fleetsight/node-agent (~/.local/state/...). --once reads it, never writes it.",
 )
+@click.option("--no-state", is_flag=True, help="Keep positions and counts in memory only (not restart-safe).")
 @click.option("--deadline", default=5.0, show_default=True, help="Seconds a scrape may take at most.")
 @click.option(
     "--twin-dir",
@@ -167,6 +178,7 @@ def node(**options: Any) -> None:
     """
     configure_logging(options["log_level"])
     opts = node_options(options)
+    announce_state_dir(opts, options)
     if options["twin_dir"]:
         multi = MultiNodeAgents(options["twin_dir"], options["twin_url"], opts)
         if options["once"]:
@@ -198,6 +210,33 @@ def node(**options: Any) -> None:
     agent.close()
 
 
+def announce_state_dir(opts: NodeOptions, options: dict[str, Any]) -> None:
+    """Says where the Xid state is kept (and, loudly, when it cannot be written: the agent then counts
+    in memory and a restart would count the current kernel log again)."""
+    if "xid" not in opts.collectors:
+        return
+    if opts.state_dir is None:
+        log.warning(kv(event="state_dir", path="none", detail="--no-state: a restart counts old lines again"))
+        return
+    origin = "--state-dir" if options["state_dir"] else default_state_dir()[1]
+    if opts.state_read_only:
+        log.info(kv(event="state_dir", path=opts.state_dir, origin=origin, mode="read-only (--once)"))
+        return
+    problem = check_writable(opts.state_dir)
+    if problem:
+        log.error(
+            kv(
+                event="state_dir_unwritable",
+                path=opts.state_dir,
+                origin=origin,
+                error=problem,
+                detail="counting in memory; errors_total{source=state} counts failed saves",
+            )
+        )
+    else:
+        log.info(kv(event="state_dir", path=opts.state_dir, origin=origin))
+
+
 def node_options(options: dict[str, Any]) -> NodeOptions:
     if options["redfish_url"] and options["ipmitool"]:
         raise click.UsageError("give either --redfish-url or --ipmitool, not both")
@@ -223,7 +262,9 @@ def node_options(options: dict[str, Any]) -> NodeOptions:
         pcie_probe_interval_s=options["pcie_probe_interval"],
         gpu_map_file=options["gpu_map"],
         nvml=options["nvml"],
-        state_dir=options["state_dir"],
+        state_dir=None if options["no_state"] else (options["state_dir"] or default_state_dir()[0]),
+        state_read_only=options["once"],
+        kernel_log_format=options["kernel_log_format"],
         deadline_s=options["deadline"],
         collectors=tuple(options["collectors"]) or COLLECTORS,
     )

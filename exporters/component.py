@@ -27,7 +27,7 @@ def node_command(settings: Settings) -> list[str]:
         "--twin-dir", twin_dir(settings),
         "--twin-url", settings.url("twin"),
         "--listen", f"127.0.0.1:{settings.port('exporter_node')}",
-        "--state-dir", str(settings.data_dir("exporter-node")),
+        "--state-dir", str(settings.data_dir("exporter-node") / "state"),
         "--bmc-interval", "15",
         "--no-nvml",
     ]  # fmt: skip

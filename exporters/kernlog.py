@@ -4,7 +4,8 @@ Each reader returns the lines that appeared since the last call, with the time t
 when the source says so, and a *position* (file inode and offset; kmsg boot id and sequence number;
 journald cursor) that the caller persists, so that a restarted agent does not count old lines again.
 A file reader notices rotation (a new inode at the path: it finishes the old file, then starts the new
-one at offset 0) and truncation (size below the offset).
+one at offset 0; after a restart it finds the old file as ``<path>.1``) and truncation (size below the
+offset, or the bytes before the offset changed).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import errno
 import json
 import os
 import re
+import stat
 import subprocess
 import threading
 import time
@@ -60,30 +62,57 @@ class FileReader:
         # The last bytes read before ``offset``: if they change, the file was truncated and rewritten
         # to at least the same size between two polls (copytruncate), and is read again from the top.
         self.tail = b""
+        # Restored from a saved position: the first open looks for the saved file under its rotated
+        # name too, so that lines written to it between the last save and the rotation are not lost.
+        self.restored = False
         if position and position.get("kind") == self.kind and position.get("path") == path:
             self.inode, self.offset = position.get("inode"), int(position.get("offset", 0))
+            self.restored = self.inode is not None
             try:
                 self.tail = bytes.fromhex(str(position.get("tail", "")))
             except ValueError:
                 self.tail = b""
 
     def position(self) -> dict:
+        """Where the next line starts: the offset of a partial (unfinished) line is not saved, so that a
+        restarted agent reads that line whole once it is complete."""
+        keep = len(self.partial)
         return {
             "kind": self.kind,
             "path": self.path,
             "inode": self.inode,
-            "offset": self.offset,
-            "tail": self.tail.hex(),
+            "offset": self.offset - keep,
+            "tail": (self.tail[:-keep] if keep else self.tail).hex(),
         }
 
     def _open(self) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd: int | None = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
+            fd = None
+        inode = os.fstat(fd).st_ino if fd is not None else None
+        restored, self.restored = self.restored, False
+        if restored and inode != self.inode and self._open_rotated():
+            if fd is not None:
+                os.close(fd)
+            return True
+        if fd is None:
             return False
-        inode = os.fstat(fd).st_ino
         if inode != self.inode:  # a different file than the saved position names: start at its top
             self.inode, self.offset, self.partial, self.tail = inode, 0, b"", b""
+        self.fd = fd
+        return True
+
+    def _open_rotated(self) -> bool:
+        """Opens ``<path>.1`` when it is the file the saved position names (logrotate renamed it while
+        the agent was down); :meth:`poll` finishes it, then moves on to the new file."""
+        try:
+            fd = os.open(self.path + ".1", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        if os.fstat(fd).st_ino != self.inode:
+            os.close(fd)
+            return False
         self.fd = fd
         return True
 
@@ -176,7 +205,13 @@ def boot_id(procfs_root: str) -> str:
 
 
 class KmsgReader:
-    """Reads ``/dev/kmsg`` without blocking: one record per read(), until EAGAIN."""
+    """Reads ``/dev/kmsg`` without blocking: one record per read(), until EAGAIN.
+
+    Opening ``/dev/kmsg`` starts at the oldest record the ring buffer still holds, so a restarted agent
+    sees records it has counted before: the saved sequence number (valid for the saved boot id only)
+    says which. A regular file of kmsg records (a saved ``/dev/kmsg`` dump, a test) is read the same
+    way: from its top on start, records at or below the saved sequence number skipped.
+    """
 
     kind = "kmsg"
 
@@ -186,34 +221,67 @@ class KmsgReader:
         self.btime = boot_time(procfs_root)
         self.seq = -1
         self.fd: int | None = None
+        self.regular = False
+        self.partial = b""
+        # Without a boot id, a reboot shows as sequence numbers that went back: records at or below the
+        # saved number are held until the buffer is read to its end, and counted if nothing newer came.
+        self.held: list[tuple[int, LogLine]] | None = None
+        self.saved_seq = -1
         if position and position.get("kind") == self.kind and position.get("boot_id") == self.boot:
-            self.seq = int(position.get("seq", -1))  # same boot: skip what was already counted
+            self.seq = self.saved_seq = int(position.get("seq", -1))  # same boot: skip what was counted
+            self.held = [] if not self.boot and self.seq >= 0 else None
 
     def position(self) -> dict:
-        return {"kind": self.kind, "boot_id": self.boot, "seq": self.seq}
+        return {"kind": self.kind, "path": self.path, "boot_id": self.boot, "seq": self.seq}
 
-    def poll(self) -> list[LogLine]:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        lines = []
+    def _records(self) -> tuple[list[bytes], bool]:
+        """Records read in this poll (at most MAX_BYTES_PER_POLL), and whether the end was reached."""
+        assert self.fd is not None
+        if self.regular:
+            data = os.read(self.fd, MAX_BYTES_PER_POLL)
+            pieces = (self.partial + data).split(b"\n")
+            self.partial = pieces.pop()
+            # Continuation lines (" SUBSYSTEM=pci") start with a space; the message is the first line.
+            return [p for p in pieces if p and not p.startswith(b" ")], len(data) < MAX_BYTES_PER_POLL
+        records: list[bytes] = []
         budget = MAX_BYTES_PER_POLL
         while budget > 0:
             try:
                 record = os.read(self.fd, 8192)
             except BlockingIOError:
-                break
+                return records, True
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # the ring buffer overwrote records we had not read
                     continue
                 raise
             if not record:
-                break
+                return records, True
             budget -= len(record)
+            records.append(record)
+        return records, False
+
+    def poll(self) -> list[LogLine]:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self.regular = stat.S_ISREG(os.fstat(self.fd).st_mode)
+        records, at_end = self._records()
+        lines = []
+        for record in records:
             parsed = parse_kmsg_record(record)
-            if parsed is None or parsed[0] <= self.seq:
+            if parsed is None:
                 continue
-            self.seq = parsed[0]
-            lines.append(LogLine(parsed[2], self.btime + parsed[1] / 1e6))
+            line = LogLine(parsed[2], self.btime + parsed[1] / 1e6)
+            if parsed[0] > self.seq:
+                self.seq = parsed[0]
+                lines.append(line)
+            elif self.held is not None:
+                self.held.append((parsed[0], line))
+        if self.held is not None and at_end:
+            held, self.held = self.held, None
+            if not lines and held and held[-1][0] < self.saved_seq:
+                # The newest record is older than the last one counted: a new boot numbering from 0.
+                self.seq = held[-1][0]
+                lines = [line for _, line in held]
         return lines
 
     def close(self) -> None:

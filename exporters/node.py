@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +41,7 @@ class NodeOptions:
     sysfs_root: str = "/sys"
     procfs_root: str = "/proc"
     kmsg_file: str = "/dev/kmsg"  # /dev/kmsg, or a syslog-format file
+    kernel_log_format: str = "auto"  # auto (kmsg for a character device, else syslog), kmsg, syslog
     journald: bool = False
     journalctl: str = "journalctl"
     redfish_url: str | None = None
@@ -58,9 +60,26 @@ class NodeOptions:
     gpu_map_file: str | None = None
     gpus: list[dict] | None = None  # an explicit GPU map ({gpu, pci_bdf, uuid}), e.g. from the twin's meta
     nvml: bool = True
-    state_dir: str | None = None
+    state_dir: str | None = None  # None: positions and counts live in memory only
+    state_read_only: bool = False  # read the saved state, never write it (``--once``)
     deadline_s: float = 5.0
     collectors: tuple[str, ...] = field(default_factory=lambda: COLLECTORS)
+
+
+def kernel_log_mode(opts: NodeOptions) -> str:
+    """``journald``, ``kmsg`` (records with sequence numbers: /dev/kmsg or a file of its records) or
+    ``file`` (a syslog-format file such as /var/log/kern.log)."""
+    if opts.journald:
+        return "journald"
+    if opts.kernel_log_format == "kmsg":
+        return "kmsg"
+    if opts.kernel_log_format == "syslog":
+        return "file"
+    try:
+        is_device = stat.S_ISCHR(os.stat(opts.kmsg_file).st_mode)
+    except OSError:
+        is_device = False
+    return "kmsg" if is_device or opts.kmsg_file == "/dev/kmsg" else "file"
 
 
 def build_sources(opts: NodeOptions) -> list[Source]:
@@ -77,10 +96,17 @@ def build_sources(opts: NodeOptions) -> list[Source]:
     if "infiniband" in wanted:
         sources.append(InfinibandSource(opts.sysfs_root))
     if "xid" in wanted:
-        mode = "journald" if opts.journald else ("kmsg" if opts.kmsg_file == "/dev/kmsg" else "file")
         state_file = os.path.join(opts.state_dir, f"xid-{opts.node}.json") if opts.state_dir else None
         sources.append(
-            XidSource(mode, opts.kmsg_file, gpu_map, state_file, opts.procfs_root, opts.journalctl)
+            XidSource(
+                kernel_log_mode(opts),
+                opts.kmsg_file,
+                gpu_map,
+                state_file,
+                opts.procfs_root,
+                opts.journalctl,
+                save_state=not opts.state_read_only,
+            )
         )
     if "bmc" in wanted and (opts.redfish_url or opts.ipmitool):
         credentials = load_credentials(opts.bmc_credentials_file)
@@ -136,6 +162,7 @@ def twin_node_options(
             "procfs_root": str(root / "proc"),
             "kmsg_file": str(root / "var" / "log" / "kern.log"),
             "journald": False,
+            "kernel_log_format": "syslog",
             "redfish_url": f"{twin_url.rstrip('/')}/bmc/{node}" if twin_url else None,
             "pcie_bandwidth_file": str(probe_file),
             "pcie_probe": "file",

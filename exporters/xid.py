@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -29,6 +27,7 @@ from prometheus_client.core import Metric
 from exporters.core import Families, Problems, Source, kv
 from exporters.gpus import GpuMap, normalize_bdf
 from exporters.kernlog import FileReader, JournalReader, KmsgReader, LogLine
+from exporters.state import save_json
 from exporters.xid_catalog import lookup
 
 log = logging.getLogger("fleetsight.exporters.xid")
@@ -92,6 +91,14 @@ def other_event(line: str) -> tuple[str, str] | None:
 
 
 class XidSource(Source):
+    """Counts Xids (and other kernel events) in the kernel log.
+
+    With a state file, the reader's position and the counts are saved together after every scrape
+    that moved them, so a restarted agent neither counts old lines again nor starts its ``_total``
+    counters from 0. A state that cannot be written is reported (``errors_total{source="state"}``,
+    ``fleetsight_kernel_log_state_persisted 0``) and counting goes on in memory.
+    """
+
     name = "xid"
 
     def __init__(
@@ -102,16 +109,23 @@ class XidSource(Source):
         state_file: str | None = None,
         procfs_root: str = "/proc",
         journalctl: str = "journalctl",
+        save_state: bool = True,
     ) -> None:
         self.mode, self.path, self.gpu_map, self.state_file = mode, path, gpu_map, state_file
         self.procfs_root, self.journalctl = procfs_root, journalctl
-        # (kind, code, bdf) -> [count, last seen]; kind-other (kind, bdf) -> count
+        self.save_state = save_state and state_file is not None
+        # The source the counts belong to: a state saved for another one is not this log's history.
+        self.source_id = "journald" if mode == "journald" else f"{mode}:{path}"
+        # (kind, code, bdf, severity) -> [count, last seen]; kind-other (kind, bdf) -> count
         self.xids: dict[tuple[str, int, str, str], list[float]] = {}
         self.others: dict[tuple[str, str], int] = {}
         self.lines_read = 0
-        position = self._load_state()
+        self.load_problem = ""  # why the saved state could not be read: reported on the first scrape
+        self.save_problem = ""  # why the last save failed: reported on every scrape until one succeeds
+        self.persisted = False
+        self._position = self._load_state()
+        self._saved_position = self._position
         self.reader: FileReader | KmsgReader | JournalReader | None = None
-        self._position = position
 
     # -- state ------------------------------------------------------------------------------------
     def _load_state(self) -> dict | None:
@@ -120,6 +134,10 @@ class XidSource(Source):
         try:
             with open(self.state_file) as f:
                 state = json.load(f)
+            if state.get("source", self.source_id) != self.source_id:
+                saved, now = state["source"], self.source_id
+                log.warning(kv(event="state_other_source", file=self.state_file, saved=saved, now=now))
+                return None
             for key, value in state.get("xids", {}).items():
                 kind, code, bdf, severity = key.split("|")
                 self.xids[(kind, int(code), bdf, severity)] = [float(value[0]), float(value[1])]
@@ -127,27 +145,55 @@ class XidSource(Source):
                 kind, bdf = key.split("|")
                 self.others[(kind, bdf)] = int(value)
             self.lines_read = int(state.get("lines_read", 0))
+            self.persisted = True
             return state.get("position")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # nothing saved yet (a save would say why)
             return None
         except (OSError, ValueError, TypeError, AttributeError) as exc:
+            self.xids.clear()
+            self.others.clear()
+            self.lines_read = 0
+            self.load_problem = f"{self.state_file} unreadable, starting afresh: {exc!r}"
             log.warning(kv(event="state_unreadable", file=self.state_file, error=repr(exc)))
             return None
 
-    def _save_state(self) -> None:
-        if not self.state_file or self.reader is None:
-            return
+    def _save_state(self, position: dict) -> None:
+        assert self.state_file is not None
         state = {
-            "position": self.reader.position(),
+            "source": self.source_id,
+            "position": position,
             "xids": {"|".join(map(str, k)): v for k, v in self.xids.items()},
             "others": {"|".join(k): v for k, v in self.others.items()},
             "lines_read": self.lines_read,
         }
-        folder = os.path.dirname(os.path.abspath(self.state_file))
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
-            json.dump(state, tmp)
-        os.replace(tmp.name, self.state_file)
+        save_json(self.state_file, state)
+
+    def _persist(self, counted: bool) -> None:
+        """Saves the state when the position or the counts moved since the last save (or a save failed);
+        a failure is reported on every scrape until a save succeeds."""
+        if not self.save_state or self.reader is None:
+            return
+        position = self.reader.position()
+        if not counted and position == self._saved_position and self.persisted:
+            return
+        try:
+            self._save_state(position)
+        except OSError as exc:
+            if not self.save_problem:  # log when it starts failing, not on every scrape
+                log.error(
+                    kv(
+                        event="state_unwritable",
+                        file=self.state_file,
+                        error=repr(exc),
+                        detail="counting in memory; a restart would count the current log again",
+                    )
+                )
+            self.persisted = False
+            self.save_problem = f"{self.state_file}: {exc}"
+            return
+        if self.save_problem:
+            log.info(kv(event="state_writable_again", file=self.state_file))
+        self._saved_position, self.persisted, self.save_problem = position, True, ""
 
     # -- reading ----------------------------------------------------------------------------------
     def _reader(self):
@@ -184,11 +230,11 @@ class XidSource(Source):
         for line in lines:
             self._count(line)
         self.lines_read += len(lines)
-        if lines:
-            try:
-                self._save_state()
-            except OSError as exc:
-                problems.add("state_file", f"{self.state_file}: {exc}")
+        self._persist(bool(lines))
+        for problem in (self.load_problem, self.save_problem):
+            if problem:
+                problems.add("state", problem)
+        self.load_problem = ""
         return self._families()
 
     def _families(self) -> list[Metric]:
@@ -211,6 +257,13 @@ class XidSource(Source):
         )
         lines = f.counter("fleetsight_kernel_log_lines", "Kernel log lines read by the agent.", [])
         lines.add_metric([], self.lines_read)
+        persisted = f.gauge(
+            "fleetsight_kernel_log_state_persisted",
+            "1 when the kernel log position and the Xid counts are saved on disk (a restart continues from"
+            " them), 0 when they are kept in memory only.",
+            [],
+        )
+        persisted.add_metric([], 1.0 if self.persisted and self.save_state else 0.0)
         for (kind, code, bdf, severity), (count, last) in sorted(self.xids.items()):
             if kind == "SXid":
                 sxid_total.add_metric([str(code), bdf, severity], count)

@@ -18,6 +18,15 @@ CLI = [sys.executable, "-m", "fleetsight.cli", "exporter"]
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def state_directory(tmp_path, monkeypatch) -> Path:
+    """The agents these tests start keep their Xid state in a temporary folder (as under systemd with
+    StateDirectory=), never in this machine's /var/lib or home."""
+    folder = tmp_path / "state"
+    monkeypatch.setenv("STATE_DIRECTORY", str(folder))
+    return folder
+
+
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
 

@@ -5,6 +5,7 @@ every fault is active."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -61,9 +62,11 @@ def twin(tmp_path_factory):
 @pytest.fixture(scope="module")
 def nodes(twin) -> str:
     """All twin nodes in one scrape: the node agent's multi-node mode with --once."""
+    state = str(twin["out"].parent / "state")  # not this machine's /var/lib
     result = subprocess.run(
         [*CLI, "exporter", "node", "--twin-dir", str(twin["out"]), "--twin-url", twin["url"], "--once"],
         cwd=REPO,
+        env={**os.environ, "STATE_DIRECTORY": state},
         capture_output=True,
         text=True,
         timeout=180,
