@@ -2,9 +2,17 @@
 Lustre client statistics, the kernel log, the job's per-rank logs, the PCIe bandwidth probe's JSON,
 plus the run's truth.jsonl and meta.json.
 
-Files are rewritten only when their content changes. A value that grows (every counter) is written
-in place with one pwrite, so a reader never sees an empty file; one that shrinks (a counter reset by a
-reboot) goes through a temporary file and a rename.
+On a disk file system every file written costs: a new inode or a rename is ~100 us of kernel time on
+ext4 and every changed file dirties a page that must go to disk. So a file is written only when its
+content changes (a node has ~860 files, ~80 of which change in a tick: the busy IB counters and the
+Lustre stats), and the IB counters are compared as numbers before any string is formatted. How a
+changed file is written depends on what a reader may see:
+
+- single-value sysfs files (counters, state, link speed) grow in place with one ``pwrite``: a reader's
+  one small read sees the old or the new value, never an empty file;
+- multi-line files (Lustre ``stats``, ``rpc_stats``, ``import``, the probe's JSON), new files and
+  values that shrink (a counter reset by a reboot) go through a temporary file and a rename, so a
+  reader never sees half of one and half of another.
 """
 
 from __future__ import annotations
@@ -44,17 +52,25 @@ class FileCache:
     def __init__(self) -> None:
         self.content: dict[str, str] = {}
         self.writes = 0
+        self.renames = 0
 
-    def put(self, path: str, text: str) -> None:
+    def put(self, path: str, text: str, atomic: bool = False) -> None:
+        """Write text to path unless it holds it already; atomic: always replace by rename."""
         old = self.content.get(path)
         if old == text:
             return
+        if old is None:
+            old = read_existing(path)  # a restart into the same folder keeps what is still right
+            if old == text:
+                self.content[path] = text
+                return
         data = text.encode()
-        if old is None or len(text) < len(old):
+        if atomic or old is None or len(text) < len(old):
             tmp = f"{path}.tmp"
             with open(tmp, "wb") as handle:
                 handle.write(data)
             os.replace(tmp, path)
+            self.renames += 1
         else:
             fd = os.open(path, os.O_WRONLY)
             try:
@@ -68,6 +84,20 @@ class FileCache:
         self.content.pop(path, None)
 
 
+def read_existing(path: str) -> str | None:
+    """What a file left by an earlier run holds (None if there is none or it is not text)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 1 << 20).decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
 class TreeWriter:
     """Per-node file trees under OUT/nodes/<node>/ and the run's files under OUT/."""
 
@@ -79,6 +109,13 @@ class TreeWriter:
         fsname = sim.scenario.cluster.lustre_fsname
         self.llite_dirs = [f"{fsname}-{inst}" for inst in sim.lustre_instance]
         self.truth_written = 0
+        self.port_dirs = [
+            [f"{root}/sys/class/infiniband/{name}/ports/1" for name in hw.IB_DEVICES]
+            for root in self.node_roots
+        ]
+        # The GPU index of each PCI function (-1: not a GPU), to tell which fell off the bus.
+        self.pci_gpu_column = np.array([d.index if d.kind == "gpu" else -1 for d in sim.pci])
+        self.written: dict[str, np.ndarray] = {}  # per-tick values last written, by file kind
 
     # ------------------------------------------------------------------------------- layout
     def create(self) -> None:
@@ -212,44 +249,62 @@ class TreeWriter:
 
     # ------------------------------------------------------------------------------- per tick
     def write_state(self) -> None:
-        """Everything that changes: IB ports and counters, PCIe links, Lustre stats, the probe's JSON."""
-        sim = self.sim
-        for index, root in enumerate(self.node_roots):
-            if not sim.alive[index]:
-                continue  # a crashed host writes nothing
-            self._write_ib(index, root)
-            self._write_pci(index, root)
-            self._write_lustre(index, root)
-            self._write_probe(index, root)
+        """Everything that changes: IB ports and counters, PCIe links, Lustre stats, the probe's JSON.
 
-    def _write_ib(self, index: int, root: str) -> None:
+        A crashed host writes nothing. IB and PCIe values are compared with what was last written as
+        arrays, so only the files whose value changed are formatted and written."""
+        sim = self.sim
+        alive = sim.alive[:, None]
+        self._write_ib_links(alive)
+        self._write_ib_counters(alive)
+        self._write_pci(alive)
+        for index, root in enumerate(self.node_roots):
+            if sim.alive[index]:
+                self._write_lustre(index, root)
+                self._write_probe(index, root)
+
+    def _changed(self, key: str, values: np.ndarray, alive: np.ndarray) -> tuple[list, list, list]:
+        """(nodes, columns, values) where values differ from the last written ones, on live hosts."""
+        last = self.written.get(key)
+        if last is None:  # the type's largest value stands for "never written": no value reaches it
+            self.written[key] = last = np.full_like(values, np.iinfo(values.dtype).max)
+        changed = (values != last) & alive
+        nodes, columns = np.nonzero(changed)
+        fresh = values[nodes, columns]
+        last[nodes, columns] = fresh
+        return nodes.tolist(), columns.tolist(), fresh.tolist()
+
+    def _write_ib_links(self, alive: np.ndarray) -> None:
         sim = self.sim
         put = self.cache.put
-        counters = sim.ib_counters
-        hw_counters = sim.ib_hw_counters
-        for port, name in enumerate(hw.IB_DEVICES):
-            base = f"{root}/sys/class/infiniband/{name}/ports/1"
-            up = bool(sim.ib_up[index, port])
+        link = np.where(sim.ib_up, sim.ib_width.astype(np.int64), -1)  # -1: down, whatever the width
+        for node, port, width in zip(*self._changed("link", link, alive), strict=True):
+            base = self.port_dirs[node][port]
+            up = width >= 0
             put(f"{base}/state", IB_STATE[up] + "\n")
             put(f"{base}/phys_state", IB_PHYS[up] + "\n")
-            put(
-                f"{base}/rate",
-                (IB_RATE.get(int(sim.ib_width[index, port]), IB_RATE[4]) if up else IB_RATE_DOWN) + "\n",
-            )
-            for counter, values in counters.items():
-                put(f"{base}/counters/{counter}", f"{int(values[index, port])}\n")
-            for counter, values in hw_counters.items():
-                put(f"{base}/hw_counters/{counter}", f"{int(values[index, port])}\n")
+            put(f"{base}/rate", (IB_RATE.get(width, IB_RATE[4]) if up else IB_RATE_DOWN) + "\n")
 
-    def _write_pci(self, index: int, root: str) -> None:
+    def _write_ib_counters(self, alive: np.ndarray) -> None:
         sim = self.sim
         put = self.cache.put
-        for d, device in enumerate(sim.pci):
-            base = f"{root}/sys/bus/pci/devices/{device.bdf}"
-            gone = device.kind == "gpu" and not sim.gpu_present[index, device.index]
-            # A device that fell off the bus reads all-ones config space: speed Unknown, width 63.
-            speed = "Unknown" if gone else hw.PCIE_GEN_SPEED[int(sim.pci_gen[index, d])]
-            width = "63" if gone else str(int(sim.pci_width[index, d]))
+        for group, counters in (("counters", sim.ib_counters), ("hw_counters", sim.ib_hw_counters)):
+            for counter, values in counters.items():
+                key = f"{group}/{counter}"
+                for node, port, value in zip(*self._changed(key, values, alive), strict=True):
+                    put(f"{self.port_dirs[node][port]}/{key}", f"{value}\n")
+
+    def _write_pci(self, alive: np.ndarray) -> None:
+        sim = self.sim
+        put = self.cache.put
+        # A device that fell off the bus reads all-ones config space: speed Unknown, width 63.
+        gone = self.pci_gpu_column[None, :] >= 0
+        gone = gone & ~sim.gpu_present[:, np.maximum(self.pci_gpu_column, 0)]
+        link = np.where(gone, -1, sim.pci_gen.astype(np.int64) * 1000 + sim.pci_width)
+        for node, d, code in zip(*self._changed("pci", link, alive), strict=True):
+            base = f"{self.node_roots[node]}/sys/bus/pci/devices/{sim.pci[d].bdf}"
+            speed = "Unknown" if code < 0 else hw.PCIE_GEN_SPEED[code // 1000]
+            width = "63" if code < 0 else str(code % 1000)
             put(f"{base}/current_link_speed", speed + "\n")
             put(f"{base}/current_link_width", width + "\n")
 
@@ -270,6 +325,7 @@ class TreeWriter:
         self.cache.put(
             f"{root}/fleetsight/pcie_bandwidth.json",
             json.dumps({"measured_at": round(measured, 3), "gpus": gpus}) + "\n",
+            atomic=True,
         )
 
     def _write_lustre(self, index: int, root: str) -> None:
@@ -278,6 +334,7 @@ class TreeWriter:
         inst = sim.lustre_instance[index]
         now = sim.unix()
         start = float(sim.lustre_stats_start[index])
+
         put = self.cache.put
         header = stats_header(now, start)
         put(
@@ -379,12 +436,13 @@ def rpc_stats(now: float, start: float, rpcs: np.ndarray) -> str:
         "\t\t\tread\t\t\twrite",
         "pages per rpc         rpcs   % cum % |       rpcs   % cum %",
     ]
-    totals = [max(1, int(rpcs[side].sum())) for side in (0, 1)]
+    counts = rpcs.tolist()
+    totals = [max(1, int(sum(counts[side]))) for side in (0, 1)]
     cumulative = [0, 0]
     for b, pages in enumerate(simmod.RPC_PAGE_BUCKETS):
         cells = []
         for side in (0, 1):
-            value = int(rpcs[side, b])
+            value = int(counts[side][b])
             cumulative[side] += value
             cells.append(
                 f"{value:10d} {value * 100 // totals[side]:3d} {cumulative[side] * 100 // totals[side]:3d}"

@@ -243,7 +243,7 @@ def test_paced_run_advances_and_prometheus_scrapes_it(tmp_path: Path) -> None:
                     params={"query": 'DCGM_FI_DEV_POWER_USAGE{job="dcgm"}'},
                     timeout=5,
                 ).json()
-            except httpx.HTTPError:
+            except (httpx.HTTPError, ValueError):  # not up yet, or "Service Unavailable" while starting
                 return []
             result = body.get("data", {}).get("result", [])
             return result if len(result) == 5 * 8 else []
@@ -297,3 +297,57 @@ def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:
     # The power brake (8m..16m after the start) shows as bit 128 in the history, and only then.
     braked = [v for v in values if int(v) // 128 % 2 == 1]
     assert 80 <= len(braked) <= 100
+
+
+def test_paced_run_rewrites_only_changed_files(tmp_path: Path) -> None:
+    """On a disk every rewritten file costs I/O: a paced run must leave unchanged files alone (same
+    inode, same mtime) and grow counters in place, or 256 nodes cannot keep real time."""
+    out, log = tmp_path / "out", tmp_path / "twin.log"
+    command = [*FLEETSIGHT, "twin", "run", "--scenario", "gray_slow_node", "--out", str(out)]
+    twin = subprocess.Popen(
+        [*command, "--speed", "10", "--duration", "2m"],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT,
+    )
+    try:
+        wait_until(lambda: "event=run_start" in log.read_text(), timeout=60, what="the first tick")
+        node = out / "nodes" / "n0001"
+        port = node / "sys/class/infiniband/mlx5_0/ports/1"
+        unchanged = [
+            node / "sys/bus/pci/devices/0000:18:00.0/vendor",
+            node / "sys/bus/pci/devices/0000:18:00.0/max_link_speed",
+            node / "sys/bus/pci/devices/0000:18:00.0/current_link_speed",
+            port / "link_layer",
+            port / "state",
+            port / "rate",
+            port / "counters/link_downed",
+        ]
+        before = {path: path.stat() for path in unchanged}
+        counter = port / "counters/port_xmit_data"
+        counter_inode = counter.stat().st_ino
+        seen = [counter.read_text()]
+
+        def counted_twice_more() -> bool:
+            value = counter.read_text()
+            if value != seen[-1]:
+                seen.append(value)
+            return len(seen) >= 3
+
+        wait_until(counted_twice_more, timeout=60, interval=0.05, what="two more ticks of port_xmit_data")
+        assert int(seen[2]) > int(seen[1]) > int(seen[0]), seen
+        assert counter.stat().st_ino == counter_inode, "a growing counter is written in place"
+        for path, stat in before.items():
+            now = path.stat()
+            assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns), f"{path} was rewritten"
+        assert twin.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if twin.poll() is None:
+            twin.kill()
+            twin.wait()
+    # Overall: the first tick writes every file, later ticks only the ~10% that changed.
+    files = sum(1 for path in out.rglob("*") if path.is_file())
+    written = int(re.search(r"event=run_end .*files_written=(\d+)", log.read_text()).group(1))
+    ticks = int(re.search(r"event=run_end ticks=(\d+)", log.read_text()).group(1))
+    assert ticks >= 20
+    assert written < files + ticks * files / 4, f"{written} writes for {files} files in {ticks} ticks"
