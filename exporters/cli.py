@@ -44,6 +44,16 @@ def load_config(ctx: click.Context, _param: click.Parameter, value: str | None) 
     return value
 
 
+config_option = click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    callback=load_config,
+    is_eager=True,
+    expose_value=False,
+    help="YAML file of option defaults (keys are option names).",
+)
+
+
 def settle_memory() -> None:
     """Start-up objects (modules, inventories) live forever: move them out of the garbage collector's
     sight, and collect young objects less often (a scrape allocates ~20,000 short-lived ones)."""
@@ -71,14 +81,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False),
-    callback=load_config,
-    is_eager=True,
-    expose_value=False,
-    help="YAML file of option defaults (keys are option names).",
-)
+@config_option
 @click.option(
     "--node",
     default=socket.gethostname().split(".")[0],
@@ -271,14 +274,7 @@ def node_options(options: dict[str, Any]) -> NodeOptions:
 
 
 @cli.command()
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False),
-    callback=load_config,
-    is_eager=True,
-    expose_value=False,
-    help="YAML file of option defaults (keys are option names).",
-)
+@config_option
 @click.option(
     "--ufm-url", required=True, help="UFM base URL (https://ufm-host); REST resources are below it."
 )

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.samples import Sample
@@ -408,3 +409,11 @@ class Families:
             if isinstance(family, _Summed):
                 family.finish()
         return list(self._families.values())
+
+
+def start_http_server(listen_host: str, port: int, handler: type) -> ThreadingHTTPServer:
+    """Serves handler on a daemon thread (the agent and the fabric exporter both answer scrapes so)."""
+    server = ThreadingHTTPServer((listen_host or "0.0.0.0", int(port)), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

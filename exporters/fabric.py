@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
-from exporters.core import kv, tls_verify
+from exporters.core import kv, start_http_server, tls_verify
 
 log = logging.getLogger("fleetsight.exporters.fabric")
 
@@ -513,10 +513,7 @@ def serve_fabric(listen: str, exporter: FabricExporter) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
+    return start_http_server(host, int(port), Handler)
 
 
 def ufm_credentials(secret_file: str | None) -> tuple[str, str] | None:

@@ -19,7 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from exporters import gpus
 from exporters.bmc import BmcSource, IpmiClient, RedfishClient, load_credentials
-from exporters.core import DeadlineRunner, Source, kv, render
+from exporters.core import DeadlineRunner, Source, kv, render, start_http_server
 from exporters.infiniband import InfinibandSource
 from exporters.lustre import LustreSource
 from exporters.pcie import PcieSource
@@ -284,7 +284,4 @@ def serve(listen: str, single: NodeAgent | None, multi: MultiNodeAgents | None) 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
+    return start_http_server(host, int(port), Handler)
