@@ -1,9 +1,26 @@
-"""Alertmanager and the local Slack stand-in."""
+"""Alertmanager in the local stack, in production's shape: a pair (A and B) clustered over loopback, so
+that one alert gives one Slack message, and the Slack stand-in that records what would be posted.
+
+Both replicas run the production routing file (alerting/alertmanager.yml, or a site's own file named by
+FLEETSIGHT_ALERTMANAGER_CONFIG) with only paths changed: the secrets it reads from
+/etc/alertmanager/secrets/ come from a local folder. By default that folder holds a webhook URL
+pointing at the Slack stand-in; FLEETSIGHT_ALERTMANAGER_SECRETS_DIR points it at an operator's real
+secrets instead. Before a replica starts, the derived file is checked with amtool, every
+secret file it names must exist, and every URL must be http(s): a mistake stops that replica with an
+error naming the file and what is wrong.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 
@@ -11,33 +28,199 @@ from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 
 PRODUCTION_CONFIG = Path(__file__).with_name("alertmanager.yml")
+# A site's own routing file instead of alerting/alertmanager.yml (same format, same secret paths).
+CONFIG_ENV = "FLEETSIGHT_ALERTMANAGER_CONFIG"
+PRODUCTION_SECRETS_DIR = "/etc/alertmanager/secrets/"
+SECRETS_DIR_ENV = "FLEETSIGHT_ALERTMANAGER_SECRETS_DIR"
+SLACK_SECRET = "slack_webhook_url"
+REPLICAS = ("A", "B")
+AMTOOL_TIMEOUT_S = 60
+
+
+class ConfigError(ValueError):
+    """The Alertmanager configuration or one of its secrets is wrong; the message says which."""
+
+
+def replica_name(replica: str) -> str:
+    return "alertmanager" if replica == "A" else f"alertmanager-{replica.lower()}"
+
+
+def port_names(replica: str) -> tuple[str, str]:
+    """(web, cluster) port names of a replica."""
+    stem = "alertmanager" if replica == "A" else f"alertmanager_{replica.lower()}"
+    return stem, f"{stem}_cluster"
 
 
 def slack_record_file(settings: Settings) -> Path:
     return settings.data_dir("slack-sink") / "messages.jsonl"
 
 
-def prepare(settings: Settings) -> None:
-    """The production routing file, with the webhook secret pointing at the local Slack stand-in."""
-    config_dir = settings.config_dir("alertmanager")
-    config_dir.mkdir(parents=True, exist_ok=True)
-    secret = config_dir / "slack_webhook_url"
+def secrets_dir(settings: Settings) -> Path:
+    """Where the local stack reads the secrets that production mounts under /etc/alertmanager/secrets/."""
+    configured = os.environ.get(SECRETS_DIR_ENV)
+    return Path(configured).expanduser() if configured else settings.config_dir("alertmanager")
+
+
+def write_stand_in_secret(settings: Settings) -> None:
+    """Without an operator's secrets folder, the webhook URL is the local Slack stand-in's."""
+    if os.environ.get(SECRETS_DIR_ENV):
+        return
+    folder = secrets_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    secret = folder / SLACK_SECRET
     secret.write_text(settings.url("slack_sink", "/services/local/webhook"))
     secret.chmod(0o600)
-    config = yaml.safe_load(PRODUCTION_CONFIG.read_text())
-    config["global"]["slack_api_url_file"] = str(secret)
-    (config_dir / "alertmanager.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    settings.data_dir("alertmanager").mkdir(parents=True, exist_ok=True)
 
 
-def command(settings: Settings) -> list[str]:
+def localised(node: Any, settings: Settings) -> Any:
+    """The production configuration with every secret path moved to the local secrets folder."""
+    if isinstance(node, dict):
+        return {key: localised(value, settings) for key, value in node.items()}
+    if isinstance(node, list):
+        return [localised(value, settings) for value in node]
+    if isinstance(node, str) and node.startswith(PRODUCTION_SECRETS_DIR):
+        return str(secrets_dir(settings) / node.removeprefix(PRODUCTION_SECRETS_DIR))
+    return node
+
+
+def walk(node: Any, where: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(location, key, value) of every mapping entry, depth first (receivers[2].slack_configs[0])."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield where, key, value
+            yield from walk(value, f"{where}.{key}" if where else key)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from walk(value, f"{where}[{index}]")
+
+
+def describe(config: dict[str, Any], location: str) -> str:
+    """`receivers[1].slack_configs[0]` -> `receiver 'slack-critical' slack_configs[0]`."""
+    if location.startswith("receivers["):
+        index = int(location[len("receivers[") : location.index("]")])
+        rest = location[location.index("]") + 2 :]
+        return f"receiver {config['receivers'][index].get('name')!r} {rest}".strip()
+    return location or "top level"
+
+
+def bad_url(value: str) -> str | None:
+    url = urlparse(value.strip())
+    if url.scheme not in ("http", "https") or not url.netloc:
+        return "is not an http(s) URL"
+    return None
+
+
+def secret_problems(config: dict[str, Any]) -> list[str]:
+    """Secret files that are missing, unreadable or empty, and URLs (inline or in a *url_file) that
+    are not http(s)."""
+    problems = []
+    for location, key, value in walk(config):
+        if not isinstance(value, str):
+            continue
+        where = f"{describe(config, location)} {key}"
+        if key.endswith("_file"):
+            path = Path(value)
+            try:
+                content = path.read_text().strip()
+            except OSError as exc:
+                problems.append(f"{where}: secret file {path} cannot be read ({exc.strerror or exc})")
+                continue
+            if not content:
+                problems.append(f"{where}: secret file {path} is empty")
+            elif key.endswith("url_file") and (reason := bad_url(content)):
+                problems.append(f"{where}: the URL in secret file {path} {reason}")  # never print it
+        elif key in ("api_url", "url") and (reason := bad_url(value)):
+            problems.append(f"{where}: {value!r} {reason}")
+    return problems
+
+
+def source_config() -> Path:
+    configured = os.environ.get(CONFIG_ENV)
+    return Path(configured).expanduser() if configured else PRODUCTION_CONFIG
+
+
+def amtool_problem(path: Path) -> str | None:
+    try:
+        result = subprocess.run(
+            ["amtool", "check-config", str(path)], capture_output=True, text=True, timeout=AMTOOL_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not run amtool check-config: {exc}"
+    if result.returncode == 0:
+        return None
+    output = (result.stdout + result.stderr).replace(str(path), str(source_config()))
+    reasons = [line.split("FAILED:", 1)[1].strip() for line in output.splitlines() if "FAILED:" in line]
+    failed = [f"amtool: {reason}" for reason in reasons]
+    return "; ".join(failed) or output.strip()
+
+
+def local_config(settings: Settings) -> dict[str, Any]:
+    source = source_config()
+    try:
+        config = yaml.safe_load(source.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{source}: cannot be read as YAML: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: not an Alertmanager configuration (a YAML mapping)")
+    return localised(config, settings)
+
+
+def config_path(settings: Settings) -> Path:
+    return settings.config_dir("alertmanager") / "alertmanager.yml"
+
+
+def prepare(settings: Settings) -> None:
+    """The production routing file with local secret paths, checked before any replica starts."""
+    write_stand_in_secret(settings)
+    path = config_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = local_config(settings)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    problems = [p for p in [amtool_problem(path), *secret_problems(config)] if p]
+    if problems:
+        raise ConfigError(f"{source_config()}: " + "; ".join(problems))
+
+
+def validate(settings: Settings) -> None:
+    """The same preparation and checks in a scratch run folder: a pre-flight check that touches none of
+    the stack's files (``extra["validate"]`` of each replica)."""
+    with tempfile.TemporaryDirectory(prefix="fleetsight-check-") as scratch:
+        prepare(dataclasses.replace(settings, run_dir=Path(scratch)))
+
+
+def prepare_replica(settings: Settings, replica: str) -> None:
+    prepare(settings)
+    settings.data_dir(replica_name(replica)).mkdir(parents=True, exist_ok=True)
+
+
+def command(settings: Settings, replica: str) -> list[str]:
+    web, cluster = port_names(replica)
+    peers = [port_names(other)[1] for other in REPLICAS if other != replica]
     return [
         "prometheus-alertmanager",
-        f"--config.file={settings.config_dir('alertmanager') / 'alertmanager.yml'}",
-        f"--storage.path={settings.data_dir('alertmanager')}",
-        f"--web.listen-address=127.0.0.1:{settings.port('alertmanager')}",
-        "--cluster.listen-address=",  # a single instance: no gossip port on 0.0.0.0
+        f"--config.file={config_path(settings)}",
+        f"--storage.path={settings.data_dir(replica_name(replica))}",
+        f"--web.listen-address=127.0.0.1:{settings.port(web)}",
+        # The pair gossips its notification log over loopback: the first replica notifies, the other
+        # sees that it did and stays quiet (one alert, one Slack message).
+        f"--cluster.listen-address=127.0.0.1:{settings.port(cluster)}",
+        *(f"--cluster.peer=127.0.0.1:{settings.port(peer)}" for peer in peers),
     ]
+
+
+def alertmanager_component(replica: str) -> Component:
+    web, _ = port_names(replica)
+    return Component(
+        name=replica_name(replica),
+        description=f"Alertmanager {replica} of the clustered pair: routes every alert to Slack",
+        command=lambda s: command(s, replica),
+        prepare=lambda s: prepare_replica(s, replica),
+        ready=lambda s: http_ok(s.url(web, "/-/ready")),
+        urls=lambda s: {"ui": s.url(web)},
+        missing=lambda s: missing_binary("prometheus-alertmanager", "amtool"),
+        depends_on=("slack-sink",),
+        extra={"validate": validate},
+    )
 
 
 COMPONENTS = [
@@ -47,21 +230,21 @@ COMPONENTS = [
         command=lambda s: [
             sys.executable,
             "-m",
-            "alerting.slack_sink",
+            f"{__package__}.slack_sink",
             f"--listen=127.0.0.1:{s.port('slack_sink')}",
             f"--record={slack_record_file(s)}",
         ],
         ready=lambda s: http_ok(s.url("slack_sink", "/")),
         urls=lambda s: {"messages": s.url("slack_sink", "/")},
     ),
-    Component(
-        name="alertmanager",
-        description="Alertmanager: routes every alert to Slack",
-        command=command,
-        prepare=prepare,
-        ready=lambda s: http_ok(s.url("alertmanager", "/-/ready")),
-        urls=lambda s: {"ui": s.url("alertmanager")},
-        missing=lambda s: missing_binary("prometheus-alertmanager"),
-        depends_on=("slack-sink",),
-    ),
+    *(alertmanager_component(replica) for replica in REPLICAS),
 ]
+
+PORTS = {
+    "alertmanager": 93,
+    "alertmanager_cluster": 94,
+    "slack_sink": 95,
+    "alertmanager_b": 96,
+    "alertmanager_b_cluster": 97,
+}
+START_PRIORITY = 10

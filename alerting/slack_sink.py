@@ -1,52 +1,103 @@
 """A stand-in for Slack's incoming-webhook endpoint, for the local stack and the tests.
 
 Slack cannot be reached from here, so Alertmanager's ``slack_configs`` post to this server instead.
-It answers as Slack does (``200 ok``) and appends every message to a JSON-lines file, so that a test
-or an operator can see exactly what would have reached the channel.
+It answers as Slack does (``200 ok``; ``400 invalid_payload`` for a body that is not a JSON message)
+and appends every message to a JSON-lines file (``{"received_at", "path", "payload"}`` per line), so
+that a test or an operator can see exactly what would have reached the channel.
+
+Routes (FastAPI): ``POST /<any webhook path>`` (Slack's are ``/services/T.../B.../...``), ``GET /``
+(how many messages arrived: readiness and a quick look), ``GET /messages`` (the recorded lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
-def make_handler(record_file: Path) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length)
-            try:
-                payload = json.loads(body)
-            except json.JSONDecodeError:
-                self.send_response(400)
-                self.end_headers()
-                self.wfile.write(b"invalid_payload")
-                return
-            with record_file.open("a") as out:
-                out.write(
-                    json.dumps({"received_at": time.time(), "path": self.path, "payload": payload}) + "\n"
-                )
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.end_headers()
-            self.wfile.write(b"ok")
+class SlackAttachment(BaseModel):
+    """The parts of a Slack attachment that Alertmanager fills; anything else is kept as sent."""
 
-        def do_GET(self) -> None:  # readiness and a look at what arrived
-            lines = record_file.read_text().splitlines() if record_file.exists() else []
-            body = json.dumps({"messages": len(lines)}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
+    model_config = ConfigDict(extra="allow")
+    title: str | None = None
+    text: str | None = None
+    color: str | None = None
+    fallback: str | None = None
 
-        def log_message(self, fmt: str, *args: object) -> None:
-            print(f"event=http {fmt % args}", flush=True)
 
-    return Handler
+class SlackMessage(BaseModel):
+    """An incoming-webhook message: Slack needs text or attachments (or blocks)."""
+
+    model_config = ConfigDict(extra="allow")
+    channel: str | None = None
+    username: str | None = None
+    text: str | None = None
+    attachments: list[SlackAttachment] = []
+    blocks: list[dict[str, Any]] | None = None
+
+    def has_content(self) -> bool:
+        return bool(self.text or self.attachments or self.blocks)
+
+
+class MessageCount(BaseModel):
+    messages: int
+
+
+class Recorder:
+    """Appends messages to the record file; one writer at a time, each line whole."""
+
+    def __init__(self, record_file: Path) -> None:
+        self.record_file = record_file
+        self.lock = threading.Lock()
+        record_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(self, path: str, payload: dict[str, Any]) -> None:
+        line = json.dumps({"received_at": time.time(), "path": path, "payload": payload}) + "\n"
+        with self.lock, self.record_file.open("a") as out:
+            out.write(line)
+
+    def lines(self) -> list[dict[str, Any]]:
+        if not self.record_file.exists():
+            return []
+        return [json.loads(line) for line in self.record_file.read_text().splitlines() if line.strip()]
+
+
+def make_app(record_file: Path) -> FastAPI:
+    recorder = Recorder(record_file)
+    app = FastAPI(title="FleetSight Slack stand-in", docs_url=None, redoc_url=None)
+
+    @app.get("/")
+    def count() -> MessageCount:
+        return MessageCount(messages=len(recorder.lines()))
+
+    @app.get("/messages")
+    def messages() -> list[dict[str, Any]]:
+        return recorder.lines()
+
+    @app.post("/{webhook_path:path}", response_class=PlainTextResponse)
+    async def webhook(webhook_path: str, request: Request) -> PlainTextResponse:
+        # Parsed by hand, not as a typed body parameter: Slack answers a bad body with
+        # `400 invalid_payload`, where FastAPI would answer 422.
+        try:
+            payload = json.loads(await request.body())
+            message = SlackMessage.model_validate(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValidationError):
+            return PlainTextResponse("invalid_payload", status_code=400)
+        if not message.has_content():
+            return PlainTextResponse("no_text", status_code=400)
+        recorder.append("/" + webhook_path, payload)
+        return PlainTextResponse("ok")
+
+    return app
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,10 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record", type=Path, required=True, help="JSON-lines file to append messages to")
     args = parser.parse_args(argv)
     host, port = args.listen.rsplit(":", 1)
-    args.record.parent.mkdir(parents=True, exist_ok=True)
-    server = ThreadingHTTPServer((host, int(port)), make_handler(args.record))
     print(f"event=listening address={args.listen} record={args.record}", flush=True)
-    server.serve_forever()
+    uvicorn.run(make_app(args.record), host=host, port=int(port), log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

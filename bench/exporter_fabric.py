@@ -2,7 +2,8 @@
 
 A real HTTP server plays UFM (``/ufmRest/resources/ports``, ``/systems``, ``/app/events``, and UFM
 Telemetry's ``/csv/metrics``) for 2,500 hosts x 4 HCA ports and their leaf ports (20,000 ports). The
-exporter's refresh (fetch, parse, render) runs in the background; a scrape sends the rendered bytes.
+exporter's sources gather behind its cached runner (fetch, parse, build the families, render with the
+shared renderer, gzip) in the background; a scrape sends the rendered bytes.
 
     .venv/bin/python bench/exporter_fabric.py [--hosts 2500] [--scrapes 10]
 
@@ -23,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests" / "exporters"), str(REPO / "tests")]
 from exporter_helpers import JsonServer  # noqa: E402
 
-from exporters.fabric import FabricExporter, serve_fabric  # noqa: E402
+from exporters.fabric import FabricExporter  # noqa: E402
+from exporters.serving import serve  # noqa: E402
 from support import free_port  # noqa: E402
 
 PORTS_PER_HOST = 4
@@ -124,7 +126,7 @@ def main() -> None:
         ufm_url=f"{ufm.url}/ufm", telemetry_url=f"{ufm.url}/ufm/csv/metrics", timeout_s=60
     )
     port = free_port()
-    server = serve_fabric(f"127.0.0.1:{port}", exporter)
+    server = serve(f"127.0.0.1:{port}", exporter.page)
     try:
         refreshes = []
         for _ in range(3):

@@ -23,7 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from prometheus_client.core import Metric
 
-from exporters.core import Families, Problems, Source, tls_verify
+from .core import Families, Problems, Source, tls_verify
 
 
 @dataclass
@@ -44,11 +44,27 @@ class Psu:
 
 
 @dataclass
+class PsuRedundancy:
+    """A redundancy sensor of the power supplies, as the BMC words its state."""
+
+    chassis: str
+    sensor: str
+    state: str
+
+    @property
+    def ok(self) -> bool:
+        """Only "Fully Redundant" is redundant: "Non-Redundant: Sufficient..." still powers the node,
+        but one more failure will not."""
+        return self.state.lower() == "fully redundant"
+
+
+@dataclass
 class BmcReading:
     protocol: str
     chassis_watts: dict[str, float] = field(default_factory=dict)
     chassis_power_on: dict[str, bool] = field(default_factory=dict)
     psus: list[Psu] = field(default_factory=list)
+    redundancy: list[PsuRedundancy] = field(default_factory=list)
     sel_entries: dict[str, int] = field(default_factory=dict)
 
 
@@ -106,6 +122,22 @@ def _status(resource: dict) -> tuple[str, str]:
     return str(status.get("State") or ""), str(status.get("Health") or "")
 
 
+def _redundancy(chassis_id: str, groups: object) -> list[PsuRedundancy]:
+    """Redundancy groups of ``Power.Redundancy`` or ``PowerSubsystem.PowerSupplyRedundancy``: a group
+    is redundant while its ``Status.Health`` is OK (the state then reads "Fully Redundant")."""
+    found = []
+    for index, group in enumerate(groups if isinstance(groups, list) else []):
+        if not isinstance(group, dict):
+            continue
+        _, health = _status(group)
+        if not health:
+            continue
+        name = str(group.get("Name") or group.get("MemberId") or group.get("RedundancyType") or index)
+        state = "Fully Redundant" if health.upper() == "OK" else f"Redundancy {health}"
+        found.append(PsuRedundancy(chassis_id, name, state))
+    return found
+
+
 class RedfishClient:
     def __init__(
         self, base_url: str, credentials: tuple[str, str] | None, timeout_s: float, verify: bool | str
@@ -156,6 +188,7 @@ class RedfishClient:
         power_path = _link(chassis, "Power")
         subsystem_path = _link(chassis, "PowerSubsystem")
         legacy_psus: list[Psu] = []
+        legacy_redundancy: list[PsuRedundancy] = []
         if power_path:
             power = self.get(power_path)
             for control in power.get("PowerControl") or []:
@@ -164,14 +197,19 @@ class RedfishClient:
                     reading.chassis_watts[chassis_id] = watts
                     break
             legacy_psus = [self._legacy_psu(chassis_id, p) for p in power.get("PowerSupplies") or []]
+            legacy_redundancy = _redundancy(chassis_id, power.get("Redundancy"))
         if chassis_id not in reading.chassis_watts and _link(chassis, "EnvironmentMetrics"):
             env = self.get(_link(chassis, "EnvironmentMetrics") or "")
             watts = _reading(env, "PowerWatts")
             if watts is not None:
                 reading.chassis_watts[chassis_id] = watts
-        new_psus = self._subsystem_psus(chassis_id, subsystem_path, problems) if subsystem_path else []
+        new_psus: list[Psu] = []
+        new_redundancy: list[PsuRedundancy] = []
+        if subsystem_path:
+            new_psus, new_redundancy = self._subsystem_psus(chassis_id, subsystem_path, problems)
         # Both schemas describe the same supplies: prefer the newer one when the BMC has it.
         reading.psus.extend(new_psus or [p for p in legacy_psus if p is not None])
+        reading.redundancy.extend(new_redundancy or legacy_redundancy)
 
     @staticmethod
     def _legacy_psu(chassis_id: str, psu: object) -> Psu | None:
@@ -193,11 +231,14 @@ class RedfishClient:
             input_volts=_number(psu.get("LineInputVoltage")),
         )
 
-    def _subsystem_psus(self, chassis_id: str, subsystem_path: str, problems: Problems) -> list[Psu]:
+    def _subsystem_psus(
+        self, chassis_id: str, subsystem_path: str, problems: Problems
+    ) -> tuple[list[Psu], list[PsuRedundancy]]:
         subsystem = self.get(subsystem_path)
+        redundancy = _redundancy(chassis_id, subsystem.get("PowerSupplyRedundancy"))
         collection_path = _link(subsystem, "PowerSupplies")
         if not collection_path:
-            return []
+            return [], redundancy
         psus = []
         for psu_path in _members(self.get(collection_path)):
             try:
@@ -219,7 +260,7 @@ class RedfishClient:
                 psus.append(item)
             except (httpx.HTTPError, ValueError) as exc:
                 problems.add("redfish", f"{psu_path}: {exc}")
-        return psus
+        return psus, redundancy
 
     def close(self) -> None:
         self.client.close()
@@ -227,37 +268,159 @@ class RedfishClient:
 
 # -- IPMI ------------------------------------------------------------------------------------------
 
-_WATTS = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Watts", re.IGNORECASE)
+_READING = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s+(\S.*?)\s*$")
 _DCMI = re.compile(r"Instantaneous power reading:\s*([0-9]+(?:\.[0-9]+)?)\s*Watts", re.IGNORECASE)
 PSU_FAULTS = ("failure detected", "ac lost", "predictive failure", "configuration error", "input lost")
-CHASSIS_POWER_NAMES = ("pwr consumption", "total power", "system power", "sys power", "power meter")
+PRESENT_STATES = ("presence detected", "device present", "entity present")
+ABSENT_STATES = ("device absent", "entity absent")
+REDUNDANCY_WORDS = ("redundan",)  # Fully Redundant, Redundancy Lost/Degraded, Non-Redundant: ...
+CHASSIS_POWER_NAMES = (
+    "pwr consumption",
+    "total power",
+    "system power",
+    "system pwr",
+    "chassis pwr",
+    "sys power",
+    "system level",
+    "power meter",
+    "power_usage",
+)
+# Entity ids (IPMI spec table 43-13) whose redundancy sensors speak for the power supplies: power
+# supply, power unit, power module, power management.
+POWER_ENTITIES = {"10", "19", "20", "21"}
+# Processor, memory module, drive bay, fan, cooling unit, memory device: their redundancy is not power's.
+OTHER_ENTITIES = {"3", "8", "26", "29", "30", "32"}
+_POWER_NAME = re.compile(r"(?<![a-z])(ps|psu|pwr|power|supply|supplies)", re.IGNORECASE)
+_OTHER_REDUNDANCY = re.compile(r"fan|cool|mem|dimm|cpu|proc|nic|lan|raid|disk|drive", re.IGNORECASE)
+SENSOR_UNREADABLE = "ns"
+ELECTRIC_UNITS = ("watts", "volts", "amps")
 
 
-def parse_sdr_elist(text: str) -> tuple[list[Psu], float | None]:
-    """PSUs (entity 10.x) and the chassis draw from ``ipmitool sdr elist`` output."""
-    psus: dict[str, Psu] = {}
-    chassis_watts = None
+@dataclass
+class _PsuSensors:
+    """What the entity-10 sensors of one power supply said, before deciding presence and health."""
+
+    present: bool = False  # a presence state was asserted
+    absent: bool = False  # an absence state was asserted, or its presence sensor asserted nothing
+    read: bool = False  # some sensor of it returned a reading
+    faults: list[str] = field(default_factory=list)
+    input_watts: float | None = None
+    output_watts: float | None = None
+    input_volts: float | None = None
+
+
+@dataclass
+class SdrElist:
+    psus: list[Psu] = field(default_factory=list)
+    chassis_watts: float | None = None
+    redundancy: list[PsuRedundancy] = field(default_factory=list)
+
+
+def split_sdr_value(value: str) -> tuple[tuple[float, str] | None, list[str]]:
+    """``(reading, unit)`` and the discrete states of an ``sdr elist`` value column. Some BMCs put
+    both on one line: ``"95 Watts, Presence detected"`` -> ``((95.0, "Watts"), ["Presence detected"])``."""
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    reading = None
+    if parts:
+        match = _READING.match(parts[0])
+        if match:
+            reading = (float(match.group(1)), match.group(2))
+            parts = parts[1:]
+    return reading, parts
+
+
+def _is_psu_redundancy(name: str, entity_type: str, states: list[str]) -> bool:
+    """A redundancy sensor of the power supplies: on a power entity, or named for power, or on the
+    system board (Dell's ``PS Redundancy``, 7.1) - never a fan's, memory's or other device's."""
+    if not any(word in s.lower() for s in states for word in REDUNDANCY_WORDS):
+        return False
+    if _OTHER_REDUNDANCY.search(name) or entity_type in OTHER_ENTITIES:
+        return False
+    return entity_type in POWER_ENTITIES or entity_type == "7" or bool(_POWER_NAME.search(name))
+
+
+def _is_chassis_power(name: str, status: str, reading: tuple[float, str] | None) -> bool:
+    if reading is None or reading[1].lower() != "watts" or status == SENSOR_UNREADABLE:
+        return False
+    return any(n in name.lower() for n in CHASSIS_POWER_NAMES)
+
+
+def parse_sdr_elist(text: str) -> SdrElist:
+    """PSUs (entity 10.x), their redundancy sensor and the chassis draw from ``ipmitool sdr elist``.
+
+    Columns: name | sensor number | status (ok, ns, nc, cr, nr) | entity id.instance | value, where
+    the value is a reading (``1520 Watts``), discrete states (``Presence detected, Failure
+    detected``), both (``95 Watts, Presence detected``), or nothing (no state asserted)."""
+    sensors: dict[str, _PsuSensors] = {}
+    result = SdrElist()
     for line in text.splitlines():
         cells = [c.strip() for c in line.split("|")]
         if len(cells) != 5:
             continue
         name, _, status, entity, value = cells
-        watts_match = _WATTS.match(value)
-        if entity.startswith("10."):
-            psu_id = entity.split(".", 1)[1]
-            psu = psus.setdefault(psu_id, Psu("ipmi", psu_id, present=False))
-            lowered = value.lower()
-            if watts_match:
-                target = "output_watts" if "out" in name.lower() else "input_watts"
-                setattr(psu, target, float(watts_match.group(1)))
-            elif "presence detected" in lowered or status in ("ok", "nc", "cr", "nr"):
-                psu.present = psu.present or "presence detected" in lowered
-                faulty = status in ("cr", "nr") or any(fault in lowered for fault in PSU_FAULTS)
-                psu.state = "Enabled" if psu.present else "Absent"
-                psu.health = "Critical" if faulty else (psu.health or "OK")
-        elif watts_match and any(n in name.lower() for n in CHASSIS_POWER_NAMES):
-            chassis_watts = float(watts_match.group(1))
-    return list(psus.values()), chassis_watts
+        status = status.lower()
+        entity_type, _, instance = entity.partition(".")
+        reading, states = split_sdr_value(value)
+        if _is_psu_redundancy(name, entity_type, states):
+            if status != SENSOR_UNREADABLE:
+                result.redundancy.append(PsuRedundancy("ipmi", name, ", ".join(states)))
+            continue
+        if entity_type == "10" and instance:
+            _psu_line(sensors.setdefault(instance, _PsuSensors()), name, status, reading, states)
+        elif _is_chassis_power(name, status, reading):
+            result.chassis_watts = reading[0]  # type: ignore[index]
+    result.psus = [
+        _decide_psu(i, s) for i, s in sensors.items() if s.present or s.absent or s.read or s.faults
+    ]
+    return result
+
+
+def _psu_line(
+    psu: _PsuSensors, name: str, status: str, reading: tuple[float, str] | None, states: list[str]
+) -> None:
+    if status == SENSOR_UNREADABLE:  # "No Reading", "Disabled": says nothing either way
+        return
+    lowered = [s.lower() for s in states]
+    if any(p in s for s in lowered for p in PRESENT_STATES):
+        psu.present = True
+    if any(a in s for s in lowered for a in ABSENT_STATES):
+        psu.absent = True
+    if reading is None and not states and "status" in name.lower():
+        psu.absent = True  # a presence/status sensor with no state asserted: nothing in the bay
+    psu.faults += [s for s in states if any(f in s.lower() for f in PSU_FAULTS)]
+    if status in ("cr", "nr"):
+        psu.faults.append(f"{name}: {status}")
+    if reading is None:
+        return
+    number, unit = reading[0], reading[1].lower()
+    if unit not in ELECTRIC_UNITS:
+        return  # a temperature on entity 10 (HPE) says nothing about the supply being there
+    psu.read = True
+    output = "out" in name.lower()
+    if unit == "watts":
+        if output:
+            psu.output_watts = number
+        else:
+            psu.input_watts = number
+    elif unit == "volts" and not output:
+        psu.input_volts = number
+
+
+def _decide_psu(instance: str, s: _PsuSensors) -> Psu:
+    # An asserted presence wins; else an absence; else a supply whose sensors read is there.
+    present = s.present or (not s.absent and s.read)
+    # "nc" (a reading past a non-critical threshold) leaves the supply healthy, as the BMC rates it.
+    health = "Critical" if s.faults else "OK"
+    return Psu(
+        "ipmi",
+        instance,
+        present=present,
+        state="Enabled" if present else "Absent",
+        health=health,
+        input_watts=s.input_watts,
+        output_watts=s.output_watts,
+        input_volts=s.input_volts,
+    )
 
 
 def parse_dcmi_power(text: str) -> float | None:
@@ -308,15 +471,15 @@ class IpmiClient:
 
     def read(self, problems: Problems) -> BmcReading:
         reading = BmcReading("ipmi")
-        psus, sdr_watts = parse_sdr_elist(self.run("sdr", "elist"))
-        reading.psus = psus
+        sdr = parse_sdr_elist(self.run("sdr", "elist"))
+        reading.psus, reading.redundancy = sdr.psus, sdr.redundancy
         try:
             watts = parse_dcmi_power(self.run("dcmi", "power", "reading"))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             problems.add("ipmitool", f"dcmi power reading: {exc}")
             watts = None
         if watts is None:
-            watts = sdr_watts
+            watts = sdr.chassis_watts
         if watts is not None:
             reading.chassis_watts["ipmi"] = watts
         try:
@@ -406,6 +569,20 @@ class BmcSource(Source):
             ):
                 if value is not None:
                     family.add_metric(values, value)
+        redundant = f.gauge(
+            "fleetsight_bmc_psu_redundancy_ok",
+            "1 when the power supplies' redundancy sensor reads Fully Redundant, 0 when redundancy is"
+            " lost or degraded (the node may still have enough power).",
+            ["chassis", "sensor"],
+        )
+        redundancy_info = f.gauge(
+            "fleetsight_bmc_psu_redundancy_info",
+            "The power supplies' redundancy state as the BMC words it (value 1).",
+            ["chassis", "sensor", "state"],
+        )
+        for group in reading.redundancy:
+            redundant.add_metric([group.chassis, group.sensor], float(group.ok))
+            redundancy_info.add_metric([group.chassis, group.sensor, group.state], 1.0)
         if reading.sel_entries:
             sel = f.gauge(
                 "fleetsight_bmc_sel_entries",

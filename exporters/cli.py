@@ -8,15 +8,26 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import click
 import yaml
 
-from exporters.core import configure_logging, kv
-from exporters.node import COLLECTORS, MultiNodeAgents, NodeAgent, NodeOptions, serve
-from exporters.state import SYSTEM_STATE_DIR, check_writable, default_state_dir
+from . import serving
+from .core import configure_logging, kv
+from .node import (
+    COLLECTORS,
+    NodeAgent,
+    NodeOptions,
+    NodeSet,
+    advertised_address,
+    node_set_pages,
+    single_node_pages,
+)
+from .state import SYSTEM_STATE_DIR, check_writable, default_state_dir
 
 log = logging.getLogger("fleetsight.exporters")
 
@@ -31,17 +42,26 @@ def load_config(ctx: click.Context, _param: click.Parameter, value: str | None) 
             raise click.BadParameter(f"cannot read {value}: {exc}") from exc
         if not isinstance(data, dict):
             raise click.BadParameter(f"{value} must hold a mapping of option names to values")
-        # Keys may be written as the flag is ("sysfs-root", "collector") or as the parameter ("sysfs_root").
-        aliases = {}
-        for param in ctx.command.params:
-            for flag in getattr(param, "opts", []):
-                aliases[flag.lstrip("-").replace("-", "_")] = param.name
+        aliases = option_aliases(ctx.command)
         unknown = sorted(k for k in data if str(k).replace("-", "_") not in aliases)
         if unknown:
             raise click.BadParameter(f"{value}: unknown option(s) {', '.join(map(str, unknown))}")
         defaults = {aliases[str(k).replace("-", "_")]: v for k, v in data.items()}
         ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
+
+
+def option_aliases(command: click.Command) -> dict[str, str]:
+    """Option names as a file may write them -> parameter names: as the flag is (``sysfs-root``,
+    ``collector``) or as the parameter (``sysfs_root``, ``collectors``)."""
+    aliases = {}
+    for param in command.params:
+        if param.name is None:
+            continue
+        aliases[param.name] = param.name
+        for flag in getattr(param, "opts", []):
+            aliases[flag.lstrip("-").replace("-", "_")] = param.name
+    return aliases
 
 
 config_option = click.option(
@@ -71,12 +91,16 @@ def wait_for_signal() -> None:
 
 @click.group(name="exporter", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """The node agent and the fabric exporter (Prometheus endpoints).
+    """The node agent and the fabric exporter (Prometheus endpoints). The examples run as written from
+    the repository root; those with 127.0.0.1:19100 read the twin of a running `fleetsight up`.
 
     \b
     Examples:
-      fleetsight exporter node --once --sysfs-root tests/exporters/fixtures/node/sys
-      fleetsight exporter fabric --ufm-url https://ufm.example --listen :9410
+      fleetsight exporter node --once --no-state --collector xid --collector lustre \\
+          --procfs-root tests/exporters/fixtures/lustre/proc \\
+          --kmsg-file tests/exporters/fixtures/kernlog/xid_generations.log
+      fleetsight exporter node --once --no-state --nodes-file tests/exporters/fixtures/nodes.json
+      fleetsight exporter fabric --once --ufm-url http://127.0.0.1:19100/ufm    (with `fleetsight up`)
     """
 
 
@@ -161,41 +185,34 @@ def cli() -> None:
 @click.option("--no-state", is_flag=True, help="Keep positions and counts in memory only (not restart-safe).")
 @click.option("--deadline", default=5.0, show_default=True, help="Seconds a scrape may take at most.")
 @click.option(
-    "--twin-dir",
-    type=click.Path(file_okay=False),
-    help="Multi-node mode: serve every node of a twin output folder (/nodes/<node>/metrics).",
+    "--nodes-file",
+    type=click.Path(dir_okay=False),
+    help="Serve several nodes from one process: a JSON list of objects whose keys are this command's"
+    " option names (node, sysfs_root, procfs_root, kmsg_file, redfish_url...; the command line fills the"
+    " rest), at /nodes/<node>/metrics, with /targets.json for Prometheus http_sd. Re-read when it changes.",
 )
-@click.option("--twin-url", help="Multi-node mode: the twin's HTTP server (for its BMC endpoints).")
 @click.option("--log-level", default="INFO", show_default=True)
 def node(**options: Any) -> None:
-    """Run the node agent: PCIe, InfiniBand, Xid, BMC, Lustre and health-probe collectors.
+    """Run the node agent: PCIe, InfiniBand, Xid, BMC, Lustre and health-probe collectors. The examples
+    run as written from the repository root; the last one reads a twin node of a running `fleetsight up`.
 
     \b
     Examples:
-      fleetsight exporter node                              a real host, defaults everywhere
-      fleetsight exporter node --once --node n0001 \\
-          --sysfs-root run/twin/nodes/n0001/sys --procfs-root run/twin/nodes/n0001/proc \\
-          --kmsg-file run/twin/nodes/n0001/var/log/kern.log \\
-          --redfish-url http://127.0.0.1:19100/bmc/n0001
-      fleetsight exporter node --twin-dir run/twin --twin-url http://127.0.0.1:19100 --listen 127.0.0.1:19200
+      fleetsight exporter node                              this host, defaults everywhere
+      fleetsight exporter node --once --no-state --node n0007 --collector xid --collector lustre \\
+          --procfs-root tests/exporters/fixtures/lustre/proc \\
+          --kmsg-file tests/exporters/fixtures/kernlog/xid_generations.log
+      fleetsight exporter node --once --no-state --nodes-file tests/exporters/fixtures/nodes.json
+      fleetsight exporter node --once --no-state --node n0001 \\
+          --sysfs-root run/data/twin/nodes/n0001/sys --procfs-root run/data/twin/nodes/n0001/proc \\
+          --kmsg-file run/data/twin/nodes/n0001/var/log/kern.log \\
+          --redfish-url http://127.0.0.1:19100/bmc/n0001     a twin node (with `fleetsight up`)
     """
     configure_logging(options["log_level"])
     opts = node_options(options)
     announce_state_dir(opts, options)
-    if options["twin_dir"]:
-        multi = MultiNodeAgents(options["twin_dir"], options["twin_url"], opts)
-        if options["once"]:
-            sys.stdout.write(multi.scrape_all().decode())
-            multi.close()
-            return
-        server = serve(options["listen"], None, multi)
-        settle_memory()
-        log.info(
-            kv(event="listening", mode="multi-node", address=options["listen"], twin_dir=options["twin_dir"])
-        )
-        wait_for_signal()
-        server.shutdown()
-        multi.close()
+    if options["nodes_file"]:
+        run_node_set(options)
         return
     try:
         agent = NodeAgent(opts)
@@ -205,12 +222,65 @@ def node(**options: Any) -> None:
         sys.stdout.write(agent.scrape().decode())
         agent.close()
         return
-    server = serve(options["listen"], agent, None)
+    server = start_server(options["listen"], single_node_pages(agent))
     settle_memory()
     log.info(kv(event="listening", node=opts.node, address=options["listen"]))
     wait_for_signal()
     server.shutdown()
     agent.close()
+
+
+def run_node_set(options: dict[str, Any]) -> None:
+    """Several nodes from one process, as the nodes file lists them."""
+    command = click.get_current_context().command
+    nodes = NodeSet(options["nodes_file"], lambda entry: entry_options(entry, options, command))
+    try:
+        nodes.load()  # a bad file at start is a usage error; later, the old node set stays
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    nodes.refresh()
+    if nodes.problem:
+        raise click.ClickException(nodes.problem)
+    if options["once"]:
+        sys.stdout.write(nodes.scrape_all().decode())
+        nodes.close()
+        return
+    server = start_server(options["listen"], node_set_pages(nodes, advertised_address(options["listen"])))
+    settle_memory()
+    log.info(kv(event="listening", nodes=len(nodes.agents), address=options["listen"], nodes_file=nodes.path))
+    wait_for_signal()
+    server.shutdown()
+    nodes.close()
+
+
+# Options that belong to the process, not to a node: a nodes file may not set them.
+PROCESS_OPTIONS = {"listen", "once", "nodes_file", "log_level", "config"}
+
+
+def entry_options(entry: dict, options: dict[str, Any], command: click.Command) -> NodeOptions:
+    """A nodes-file entry over the command line's options; raises ValueError naming what is wrong."""
+    aliases = option_aliases(command)
+    node = entry.get("node", "?")
+    unknown = sorted(k for k in entry if aliases.get(str(k).replace("-", "_")) in (None, *PROCESS_OPTIONS))
+    if unknown:
+        raise ValueError(f"node {node}: unknown or per-process option(s) {', '.join(map(str, unknown))}")
+    merged = {**options, **{aliases[str(k).replace("-", "_")]: v for k, v in entry.items()}}
+    if isinstance(merged.get("collectors"), str):
+        merged["collectors"] = (merged["collectors"],)
+    bad = [c for c in merged.get("collectors") or () if c not in COLLECTORS]
+    if bad:
+        raise ValueError(f"node {node}: unknown collector(s) {', '.join(map(str, bad))}")
+    try:
+        return node_options(merged)
+    except click.UsageError as exc:
+        raise ValueError(f"node {node}: {exc.message}") from exc
+
+
+def start_server(listen: str, pages: Callable[[str], serving.Page | None]) -> ThreadingHTTPServer:
+    try:
+        return serving.serve(listen, pages)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot listen on {listen}: {exc}") from exc
 
 
 def announce_state_dir(opts: NodeOptions, options: dict[str, Any]) -> None:
@@ -305,13 +375,15 @@ def node_options(options: dict[str, Any]) -> NodeOptions:
 def fabric(**options: Any) -> None:
     """Run the fabric exporter: every port, switch and event UFM knows, with both ends of each link.
 
+    The examples read the twin's UFM of a running `fleetsight up`.
+
     \b
     Examples:
-      fleetsight exporter fabric --ufm-url https://ufm.example --ufm-telemetry-url http://ufm.example:9001/csv/metrics
-      fleetsight exporter fabric --once --ufm-url http://127.0.0.1:19100/ufm \\
-          --ufm-telemetry-url http://127.0.0.1:19100/ufm/csv/metrics
+      fleetsight exporter fabric --once --ufm-url http://127.0.0.1:19100/ufm
+      fleetsight exporter fabric --ufm-url http://127.0.0.1:19100/ufm \\
+          --ufm-telemetry-url http://127.0.0.1:19100/ufm/csv/metrics --listen 127.0.0.1:9410
     """
-    from exporters.fabric import FabricExporter, serve_fabric, ufm_credentials
+    from .fabric import FabricExporter, ufm_credentials
 
     configure_logging(options["log_level"])
     try:
@@ -328,12 +400,11 @@ def fabric(**options: Any) -> None:
         data_unit=options["data_unit"],
     )
     if options["once"]:
-        exporter.refresh()
-        sys.stdout.write(exporter.snapshot.text.decode())
+        sys.stdout.write(exporter.refresh().text.decode())
         exporter.close()
         return
     exporter.start()
-    server = serve_fabric(options["listen"], exporter)
+    server = start_server(options["listen"], exporter.page)
     log.info(kv(event="listening", address=options["listen"], ufm=options["ufm_url"]))
     wait_for_signal()
     server.shutdown()

@@ -1,31 +1,79 @@
-"""The exporters in the local stack: the node agents of every twin node and the fabric exporter.
+"""The exporters in the local stack: node agents for every twin node, and the fabric exporter.
 
-The node agents run in the agent's multi-node mode (one process serving ``/nodes/<node>/metrics`` for
-every node of the twin's output folder), because a process per node does not fit a laptop once the
-twin has more than a handful of nodes; Prometheus finds the nodes through the agent's own HTTP service
-discovery document (``/targets.json``), so the node list follows the scenario. In production it is one
-agent per node (``fleetsight exporter node``), found through file_sd (metrics/prometheus.yml).
+The node agent knows nothing of the twin. One agent process serves every twin node
+(``--nodes-file``: ``/nodes/<node>/metrics`` each, and ``/targets.json``, which Prometheus reads through
+``http_sd_configs``), because a process per node does not fit a laptop once the twin has more than a
+handful of nodes. Building that list from the twin's output is this runner's business: ``prepare``
+writes it before each start, with the twin's output layout as ``twin/layout.py`` defines it. In
+production it is one agent per node (``fleetsight exporter node``), found through file_sd
+(metrics/prometheus.yml).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from fleetsight.components import Component, http_ok
+from fleetsight.registry import import_component
 from fleetsight.settings import Settings
 
 
-def twin_dir(settings: Settings) -> str:
+def twin_dir(settings: Settings) -> Path:
     """Where the twin component writes its outputs (twin/component.py passes this as --out)."""
-    return str(settings.data_dir("twin"))
+    return settings.data_dir("twin")
+
+
+def nodes_file(settings: Settings) -> Path:
+    return settings.data_dir("exporter-node") / "nodes.json"
+
+
+def node_entries(out: Path, twin_url: str, gpu_maps: Path) -> list[dict[str, Any]]:
+    """One nodes-file entry per node of the twin's output folder ``out``, in the agent's own option
+    names; each node's GPU map is written under ``gpu_maps``."""
+    # The stack runner reads the twin's layout; the agent never does.
+    layout = import_component("twin", "layout")
+
+    gpus = layout.node_gpus(out)
+    entries = []
+    for node in layout.node_names(out):
+        entry: dict[str, Any] = {
+            "node": node,
+            "sysfs_root": str(layout.sysfs_root(out, node)),
+            "procfs_root": str(layout.procfs_root(out, node)),
+            "kmsg_file": str(layout.kernel_log(out, node)),
+            "kernel_log_format": layout.KERNEL_LOG_FORMAT,
+            "redfish_url": layout.bmc_url(twin_url, node),
+            "pcie_bandwidth_file": str(layout.pcie_bandwidth_file(out, node)),
+            "pcie_probe": "file",
+        }
+        if gpus.get(node):
+            # The twin's GPUs by PCI address, so that Xids name them from the first scrape on.
+            gpu_maps.mkdir(parents=True, exist_ok=True)
+            (gpu_maps / f"{node}.json").write_text(json.dumps(gpus[node]))
+            entry["gpu_map"] = str(gpu_maps / f"{node}.json")
+        entries.append(entry)
+    return entries
+
+
+def write_nodes_file(path: Path, entries: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=1) + "\n")
+    tmp.replace(path)  # the agent re-reads the file when it changes: never let it see half of one
+
+
+def prepare_nodes_file(settings: Settings) -> None:
+    gpu_maps = settings.data_dir("exporter-node") / "gpus"
+    write_nodes_file(nodes_file(settings), node_entries(twin_dir(settings), settings.url("twin"), gpu_maps))
 
 
 def node_command(settings: Settings) -> list[str]:
     return [
         sys.executable, "-m", "fleetsight.cli", "exporter", "node",
-        "--twin-dir", twin_dir(settings),
-        "--twin-url", settings.url("twin"),
+        "--nodes-file", str(nodes_file(settings)),
         "--listen", f"127.0.0.1:{settings.port('exporter_node')}",
         "--state-dir", str(settings.data_dir("exporter-node") / "state"),
         "--bmc-interval", "15",
@@ -43,6 +91,15 @@ def fabric_command(settings: Settings) -> list[str]:
     ]  # fmt: skip
 
 
+def cluster_label(settings: Settings) -> list[dict[str, Any]]:
+    """The twin's cluster name on every series, as its dcgm-exporter targets carry it: without it one
+    fault's alerts split in two (one per `cluster` value) and inhibitions that match on it fail."""
+    layout = import_component("twin", "layout")
+
+    cluster = layout.read_meta(twin_dir(settings)).get("cluster")
+    return [{"target_label": "cluster", "replacement": str(cluster)}] if cluster else []
+
+
 def node_scrape_configs(settings: Settings) -> list[dict[str, Any]]:
     return [
         {
@@ -52,6 +109,7 @@ def node_scrape_configs(settings: Settings) -> list[dict[str, Any]]:
             "http_sd_configs": [
                 {"url": settings.url("exporter_node", "/targets.json"), "refresh_interval": "30s"}
             ],
+            "relabel_configs": cluster_label(settings),
         }
     ]
 
@@ -63,6 +121,7 @@ def fabric_scrape_configs(settings: Settings) -> list[dict[str, Any]]:
             "scrape_interval": "15s",
             "scrape_timeout": "10s",
             "static_configs": [{"targets": [f"127.0.0.1:{settings.port('exporter_fabric')}"]}],
+            "relabel_configs": cluster_label(settings),
         }
     ]
 
@@ -72,6 +131,7 @@ COMPONENTS = [
         name="exporter-node",
         description="FleetSight node agents of every twin node (PCIe, IB, Xid, BMC, Lustre, probes)",
         command=node_command,
+        prepare=prepare_nodes_file,
         ready=lambda s: http_ok(s.url("exporter_node", "/targets.json")),
         urls=lambda s: {
             "nodes": s.url("exporter_node", "/"),
@@ -90,3 +150,7 @@ COMPONENTS = [
         scrape_configs=fabric_scrape_configs,
     ),
 ]
+
+PORTS = {"exporter_fabric": 99, "exporter_node": 200}  # exporter_node: a range, one port per node agent
+CLI = {"exporter": (".cli", "the node agent and the fabric exporter")}
+START_PRIORITY = 30

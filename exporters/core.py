@@ -1,29 +1,34 @@
-"""What every FleetSight collector shares: cheap file reads, a per-scrape deadline, self-metrics.
+"""What every FleetSight exporter shares: cheap file reads, sources and their runners, self-metrics,
+one renderer of the exposition format.
 
 A collector implements :meth:`Source.gather`, which returns metric families and records problems in a
-:class:`Problems` list instead of raising. :class:`DeadlineRunner` runs every source's ``gather`` in a
-worker thread and waits at most the scrape deadline for it, so that one slow BMC or a hung NFS read
-never blocks a scrape: a source that misses the deadline is reported (``success`` 0, an error counted
-with ``source="deadline"``) and its result, when it arrives, is used by the next scrape.
+:class:`Problems` list instead of raising. Two runners drive sources and report them through the same
+``fleetsight_collector_*`` self-metrics:
+
+- :class:`DeadlineRunner` (the node agent) runs every source's ``gather`` in a worker thread on each
+  scrape and waits at most the scrape deadline, so that one slow BMC or a hung NFS read never blocks a
+  scrape: a source that misses the deadline is reported (``success`` 0, an error counted with
+  ``source="deadline"``) and its result, when it arrives, is used by the next scrape;
+- :class:`CachedRunner` (the fabric exporter) gathers in a background loop and renders once; a scrape
+  sends the last rendering.
 """
 
 from __future__ import annotations
 
 import contextvars
+import gzip
 import logging
 import os
 import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
 
 log = logging.getLogger("fleetsight.exporters")
 
@@ -124,7 +129,8 @@ class Problems:
 
 
 class Source:
-    """One collector of the node agent (or the fabric exporter)."""
+    """One collector of the node agent or the fabric exporter: ``gather`` returns metric families and
+    records what went wrong in ``problems`` instead of raising."""
 
     name = "source"
 
@@ -137,6 +143,8 @@ class Source:
 
 @dataclass
 class SourceState:
+    """What the self-metrics say about one source: its last gather and its errors so far."""
+
     errors: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
     success: bool = False
@@ -144,6 +152,68 @@ class SourceState:
     pending: Future | None = None
     pending_since: float = 0.0
     last_logged_problem: str = ""
+
+    def record(self, collector: str, problems: Problems, duration_s: float) -> None:
+        """Takes in one finished gather: its duration, its problems (counted, logged when they change)."""
+        self.duration_s = duration_s
+        for name, count in problems.by_source.items():
+            self.errors[name] = self.errors.get(name, 0) + count
+        self.success = not problems
+        if problems:
+            self.log_problem(collector, "error", problems.first)
+        else:
+            self.last_success = time.time()
+            self.last_logged_problem = ""
+
+    def log_problem(self, collector: str, kind: str, detail: str) -> None:
+        # Log a problem when it starts or changes, not on every scrape: the counter carries the rate.
+        if detail != self.last_logged_problem:
+            log.warning(kv(event="collector_problem", collector=collector, kind=kind, detail=detail))
+            self.last_logged_problem = detail
+
+
+def gather_one(source: Source) -> tuple[list[Metric], Problems, float]:
+    """Runs one source's gather, turning a crash into a reported problem."""
+    problems = Problems()
+    started = time.perf_counter()
+    try:
+        metrics = source.gather(problems)
+    except Exception as exc:  # a bug or bad input in one source must not take the exporter down
+        log.exception(kv(event="collector_crashed", collector=source.name, error=repr(exc)))
+        problems.add("exception", repr(exc))
+        metrics = []
+    return metrics, problems, time.perf_counter() - started
+
+
+def self_metrics(states: dict[str, SourceState], prefix: str = "fleetsight") -> list[Metric]:
+    """The ``<prefix>_collector_*`` families, the same for every runner (built under the caller's
+    constant labels)."""
+    f = Families()
+    duration = f.gauge(
+        f"{prefix}_collector_duration_seconds", "Wall time of the collector's last gather.", ["collector"]
+    )
+    success = f.gauge(
+        f"{prefix}_collector_success",
+        "1 when the collector's last gather met no error and its deadline, else 0.",
+        ["collector"],
+    )
+    errors = f.counter(
+        f"{prefix}_collector_errors",
+        "Errors met by a collector, by source (file, endpoint, deadline, exception).",
+        ["collector", "source"],
+    )
+    last = f.gauge(
+        f"{prefix}_collector_last_success_timestamp_seconds",
+        "Unix time of the collector's last fully successful gather.",
+        ["collector"],
+    )
+    for name, state in states.items():
+        duration.add_metric([name], state.duration_s)
+        success.add_metric([name], 1.0 if state.success else 0.0)
+        last.add_metric([name], state.last_success)
+        for source, count in sorted(state.errors.items()):
+            errors.add_metric([name, source], count)
+    return f.all()
 
 
 class DeadlineRunner:
@@ -168,16 +238,8 @@ class DeadlineRunner:
         self.lock = threading.Lock()  # two overlapping scrapes share in-flight work, not duplicate it
 
     def _run(self, source: Source) -> tuple[list[Metric], Problems, float]:
-        problems = Problems()
-        started = time.perf_counter()
         CONST_LABELS.set(self.const)
-        try:
-            metrics = source.gather(problems)
-        except Exception as exc:  # a bug or bad input in one source must not take the agent down
-            log.exception(kv(event="collector_crashed", collector=source.name, error=repr(exc)))
-            problems.add("exception", repr(exc))
-            metrics = []
-        return metrics, problems, time.perf_counter() - started
+        return gather_one(source)
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
@@ -192,7 +254,8 @@ class DeadlineRunner:
                 results[source.name] = self._settle(source, deadline)
         for source in self.sources:
             yield from results[source.name]
-        yield from self._self_metrics()
+        CONST_LABELS.set(self.const)
+        yield from self_metrics(self.states, self.prefix)
 
     def _settle(self, source: Source, deadline: float) -> list[Metric]:
         state = self.states[source.name]
@@ -203,61 +266,83 @@ class DeadlineRunner:
             state.success = False
             state.errors["deadline"] = state.errors.get("deadline", 0) + 1
             state.duration_s = time.monotonic() - state.pending_since
-            self._log_problem(source.name, "deadline", f"still running after {state.duration_s:.2f}s")
+            state.log_problem(source.name, "deadline", f"still running after {state.duration_s:.2f}s")
             return []
         state.pending = None
-        state.duration_s = duration
-        for name, count in problems.by_source.items():
-            state.errors[name] = state.errors.get(name, 0) + count
-        state.success = not problems
-        if problems:
-            self._log_problem(source.name, "error", problems.first)
-        else:
-            state.last_success = time.time()
-            state.last_logged_problem = ""
+        state.record(source.name, problems, duration)
         return metrics
-
-    def _log_problem(self, collector: str, kind: str, detail: str) -> None:
-        # Log a problem when it starts or changes, not on every scrape: the counter carries the rate.
-        state = self.states[collector]
-        if detail != state.last_logged_problem:
-            log.warning(kv(event="collector_problem", collector=collector, kind=kind, detail=detail))
-            state.last_logged_problem = detail
-
-    def _self_metrics(self) -> Iterator[Metric]:
-        CONST_LABELS.set(self.const)
-        p = self.prefix
-        f = Families()
-        duration = f.gauge(
-            f"{p}_collector_duration_seconds",
-            "Wall time of the collector's last gather.",
-            labels=["collector"],
-        )
-        success = f.gauge(
-            f"{p}_collector_success",
-            "1 when the collector's last scrape met no error and its deadline, else 0.",
-            ["collector"],
-        )
-        errors = f.counter(
-            f"{p}_collector_errors",
-            "Errors met by a collector, by source (file, endpoint, deadline, exception).",
-            ["collector", "source"],
-        )
-        last = f.gauge(
-            f"{p}_collector_last_success_timestamp_seconds",
-            "Unix time of the collector's last fully successful scrape.",
-            ["collector"],
-        )
-        for name, state in self.states.items():
-            duration.add_metric([name], state.duration_s)
-            success.add_metric([name], 1.0 if state.success else 0.0)
-            last.add_metric([name], state.last_success)
-            for source, count in sorted(state.errors.items()):
-                errors.add_metric([name, source], count)
-        yield from f.all()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        for source in self.sources:
+            source.close()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One rendered exposition, plain and gzipped (a scrape of a cached runner sends these bytes)."""
+
+    text: bytes = b""
+    gzipped: bytes = b""
+
+
+class CachedRunner:
+    """Runs its sources in a background loop every ``interval_s`` and renders the result once; a scrape
+    sends the last rendering, so it costs the same for 200 series or 200,000 (the fabric exporter).
+    Its sources and self-metrics are the node agent's kind: a :class:`Source` reports problems, and
+    ``<prefix>_collector_*`` says how each gather went."""
+
+    def __init__(
+        self,
+        sources: Iterable[Source],
+        interval_s: float = 30.0,
+        prefix: str = "fleetsight",
+        const_labels: dict[str, str] | None = None,
+    ) -> None:
+        self.sources = list(sources)
+        const = const_labels or {}
+        self.const = (tuple(const), tuple(const.values()))
+        self.interval_s = interval_s
+        self.prefix = prefix
+        self.states = {s.name: SourceState() for s in self.sources}
+        self.snapshot = Snapshot()
+        self.refreshes = 0
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def refresh(self) -> Snapshot:
+        """One round: every source gathers, the exposition is rendered and gzipped."""
+        CONST_LABELS.set(self.const)
+        families: list[Metric] = []
+        for source in self.sources:
+            metrics, problems, duration = gather_one(source)
+            self.states[source.name].record(source.name, problems, duration)
+            families += metrics
+        CONST_LABELS.set(self.const)
+        families += self_metrics(self.states, self.prefix)
+        text = render(families)
+        self.snapshot = Snapshot(text, gzip.compress(text, compresslevel=1))
+        self.refreshes += 1
+        return self.snapshot
+
+    def run_forever(self) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.refresh()
+            except Exception as exc:  # keep serving the last snapshot whatever went wrong
+                log.exception(kv(event="refresh_crashed", error=repr(exc)))
+            self.stop.wait(max(0.5, self.interval_s - (time.monotonic() - started)))
+
+    def start(self) -> threading.Thread:
+        self.thread = threading.Thread(target=self.run_forever, name="refresh", daemon=True)
+        self.thread.start()
+        return self.thread
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=10)  # let a refresh in flight finish before its clients close
         for source in self.sources:
             source.close()
 
@@ -274,146 +359,126 @@ def _escape(value: str) -> str:
 def _format_value(value: float) -> str:
     if value != value:
         return "NaN"
-    if value in (float("inf"), float("-inf")):
+    if value in (_INF, _NINF):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value))
 
 
-_LABEL_CACHE: dict[tuple[str, tuple[str, ...]], str] = {}
+_LABEL_CACHE: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
 _INF, _NINF = float("inf"), float("-inf")
 
 
 def render(metrics: Iterable[Metric]) -> bytes:
-    """Prometheus text format (0.0.4) for the families a registry collected.
+    """Prometheus text format (0.0.4) for metric families, the samples prometheus_client's
+    ``generate_latest`` gives for the same families (tests/exporters/test_exporter_render.py checks it).
 
-    prometheus_client's ``generate_latest`` re-validates and re-escapes every label name of every
-    sample (about 15 µs a sample here); a node scrape has ~2,000 samples and a 25 ms CPU budget, so the
-    agent writes the same format itself. The label sets of a node hardly change between scrapes: their
-    rendered text is cached, keyed by the sample name and label values.
+    ``generate_latest`` re-validates and re-escapes every label name of every sample (about 15 µs a
+    sample here); a node scrape has ~2,000 samples and a 25 ms CPU budget, and a 20,000-port fabric
+    220,000. So the label text is built once per label set: label sets hardly change between scrapes
+    (cached by names and values), and within one rendering a dict of labels shared by several samples
+    (a fabric port's, in every port family) is looked up once (by identity: the families are held
+    alive for the whole call). Counters are named ``<family>_total`` as ``generate_latest`` names them;
+    values are Python's shortest repr (``4e+06`` there is ``4000000.0`` here: the same number).
     """
+    families = list(metrics)  # keeps every labels dict alive, so that ids stay unique in this call
     out: list[str] = []
     cache = _LABEL_CACHE
-    if len(cache) > 200_000:  # label sets come and go (jobs, devices): start afresh now and then
+    if len(cache) > 500_000:  # label sets come and go (jobs, devices): start afresh now and then
         cache.clear()
-    for metric in metrics:
+    by_id: dict[int, str] = {}
+    for metric in families:
         name = metric.name + "_total" if metric.type == "counter" else metric.name
         doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n")
         for sample in metric.samples:
             labels = sample.labels
             value = sample.value
-            special = value != value or value in (_INF, _NINF)
-            text = _format_value(value) if special else repr(float(value))
+            text = _format_value(value) if (value != value or value in (_INF, _NINF)) else repr(float(value))
             if not labels:
                 out.append(f"{sample.name} {text}\n")
                 continue
-            key = (sample.name, tuple(labels.values()))
-            prefix = cache.get(key)
-            if prefix is None:
-                inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-                prefix = cache[key] = f"{sample.name}{{{inner}}} "
-            out.append(prefix + text + "\n")
+            inner = by_id.get(id(labels))
+            if inner is None:
+                key = (tuple(labels), tuple(labels.values()))
+                inner = cache.get(key)
+                if inner is None:
+                    inner = cache[key] = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+                by_id[id(labels)] = inner
+            out.append(f"{sample.name}{{{inner}}} {text}\n")
     return "".join(out).encode()
 
 
-# -- small helpers for building families -----------------------------------------------------------
+# -- building families -----------------------------------------------------------------------------
 
 
-class _ConstGauge(GaugeMetricFamily):
-    const_values: tuple[str, ...] = ()
+class Family:
+    """A prometheus_client metric family (``GaugeMetricFamily`` or ``CounterMetricFamily``, through their
+    public ``add_metric``) whose samples carry the runner's constant labels (``node``) first."""
 
-    def add_metric(self, labels, value, timestamp=None) -> None:  # type: ignore[override]
-        # The same Sample prometheus_client builds, without its per-call overhead (this runs ~2,000
-        # times a scrape).
-        self.samples.append(
-            Sample(self.name, dict(zip(self._labelnames, (*self.const_values, *labels), strict=True)), value)
-        )
+    def __init__(
+        self, family: GaugeMetricFamily | CounterMetricFamily, const_values: tuple[str, ...]
+    ) -> None:
+        self.family = family
+        self.const_values = const_values
 
-
-class _ConstCounter(CounterMetricFamily):
-    const_values: tuple[str, ...] = ()
-
-    def add_metric(self, labels, value, created=None, timestamp=None) -> None:  # type: ignore[override]
-        self.samples.append(
-            Sample(
-                self._total, dict(zip(self._labelnames, (*self.const_values, *labels), strict=True)), value
-            )
-        )
+    def add_metric(self, labels: Sequence[str], value: float) -> None:
+        self.family.add_metric([*self.const_values, *labels], value)
 
 
-class _Summed:
-    """Samples with equal labels add up (aggregating over targets); rendered by ``finish``."""
+class SummedFamily(Family):
+    """Samples with equal labels add up (aggregating over targets); written out by :meth:`finish`."""
 
-    totals: dict[tuple[str, ...], float]
+    def __init__(
+        self, family: GaugeMetricFamily | CounterMetricFamily, const_values: tuple[str, ...]
+    ) -> None:
+        super().__init__(family, const_values)
+        self.totals: dict[tuple[str, ...], float] = {}
 
-    def add_metric(self, labels, value, *args) -> None:  # type: ignore[override]
-        if not hasattr(self, "totals"):
-            self.totals = {}
+    def add_metric(self, labels: Sequence[str], value: float) -> None:
         key = tuple(labels)
         self.totals[key] = self.totals.get(key, 0.0) + value
 
     def finish(self) -> None:
-        for key, total in getattr(self, "totals", {}).items():
-            super().add_metric(list(key), total)  # type: ignore[misc]
+        for key, total in self.totals.items():
+            super().add_metric(key, total)
         self.totals = {}
-
-
-class _SummedCounter(_Summed, _ConstCounter):
-    pass
-
-
-class _SummedGauge(_Summed, _ConstGauge):
-    pass
 
 
 class Families:
     """Metric families built lazily by name, so a collector only declares what it emits; each carries
-    the runner's constant labels (``node``) in front of its own."""
+    the runner's constant labels (``node``) in front of its own. Counter names are given without
+    ``_total`` (prometheus_client adds it)."""
 
     def __init__(self) -> None:
-        self._families: dict[str, Metric] = {}
+        self._families: dict[str, Family] = {}
         self.const_names, self.const_values = CONST_LABELS.get()
 
-    def gauge(self, name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    def _family(self, name: str, doc: str, labels: Sequence[str], kind: str, cls: type[Family]) -> Family:
         family = self._families.get(name)
         if family is None:
-            family = _ConstGauge(name, doc, labels=[*self.const_names, *labels])
-            family.const_values = self.const_values
-            self._families[name] = family
-        return family  # type: ignore[return-value]
+            labelnames = [*self.const_names, *labels]
+            if kind == "counter":
+                inner: GaugeMetricFamily | CounterMetricFamily = CounterMetricFamily(
+                    name, doc, labels=labelnames
+                )
+            else:
+                inner = GaugeMetricFamily(name, doc, labels=labelnames)
+            family = self._families[name] = cls(inner, self.const_values)
+        return family
 
-    def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-        # prometheus_client appends _total to counters; names are given without it.
-        family = self._families.get(name)
-        if family is None:
-            family = _ConstCounter(name, doc, labels=[*self.const_names, *labels])
-            family.const_values = self.const_values
-            family._total = name + "_total"
-            self._families[name] = family
-        return family  # type: ignore[return-value]
+    def gauge(self, name: str, doc: str, labels: Sequence[str]) -> Family:
+        return self._family(name, doc, labels, "gauge", Family)
 
-    def summed(self, name: str, doc: str, labels: list[str], kind: str = "counter") -> _Summed:
+    def counter(self, name: str, doc: str, labels: Sequence[str]) -> Family:
+        return self._family(name, doc, labels, "counter", Family)
+
+    def summed(self, name: str, doc: str, labels: Sequence[str], kind: str = "counter") -> Family:
         """A family whose samples with equal labels add up (aggregating over targets); a name ending
         in a unit without ``_total`` semantics (gauges) passes ``kind="gauge"``."""
-        family = self._families.get(name)
-        if family is None:
-            cls = _SummedCounter if kind == "counter" else _SummedGauge
-            family = cls(name, doc, labels=[*self.const_names, *labels])
-            family.const_values = self.const_values
-            family._total = name + "_total"
-            self._families[name] = family
-        return family  # type: ignore[return-value]
+        return self._family(name, doc, labels, kind, SummedFamily)
 
     def all(self) -> list[Metric]:
         for family in self._families.values():
-            if isinstance(family, _Summed):
+            if isinstance(family, SummedFamily):
                 family.finish()
-        return list(self._families.values())
-
-
-def start_http_server(listen_host: str, port: int, handler: type) -> ThreadingHTTPServer:
-    """Serves handler on a daemon thread (the agent and the fabric exporter both answer scrapes so)."""
-    server = ThreadingHTTPServer((listen_host or "0.0.0.0", int(port)), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
+        return [family.family for family in self._families.values()]

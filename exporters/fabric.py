@@ -3,9 +3,12 @@
 UFM's REST resources give the inventory and state: ``/ufmRest/resources/ports`` (every port, one
 request: link state, speed, width, severity, and its peer), ``/ufmRest/resources/systems`` (switch
 model and health), ``/ufmRest/app/events``; the port counters come from UFM Telemetry's CSV endpoint
-(``/csv/metrics``: ``node_guid,port_guid,port_num,PortXmitDataExtended,...``). A background loop
-fetches them every ``interval_s`` (systems less often) and renders the exposition text once; a scrape
-only sends those bytes, so it costs the same for 200 ports or 20,000.
+(``/csv/metrics``: ``node_guid,port_guid,port_num,PortXmitDataExtended,...``). Each resource is a
+:class:`~exporters.core.Source` (``fabric_systems``, ``fabric_ports``, ``fabric_events``,
+``fabric_telemetry`` in the ``fleetsight_collector_*`` self-metrics); a
+:class:`~exporters.core.CachedRunner` gathers them every ``interval_s`` (systems less often) and
+renders the exposition once; a scrape only sends those bytes, so it costs the same for 200 ports or
+20,000.
 
 PortXmitData/PortRcvData are PMA counters in 4-byte words (InfiniBand spec); UFM Telemetry passes them
 on raw, so they are multiplied by 4 (``data_unit="words"``; pass ``bytes`` for a UFM that converts).
@@ -14,21 +17,17 @@ on raw, so they are multiplied by 4 (``data_unit="words"``; pass ``bytes`` for a
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import logging
 import os
 import re
-import threading
-import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 
 import httpx
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 
-from exporters.core import kv, start_http_server, tls_verify
-
-log = logging.getLogger("fleetsight.exporters.fabric")
+from .core import CachedRunner, Problems, Snapshot, Source, tls_verify
+from .serving import Page, html_page, metrics_page
 
 LANE_GBPS = {
     "SDR": 2.5,
@@ -108,23 +107,13 @@ def parse_width(width: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def label_text(pairs: list[tuple[str, str]]) -> str:
-    """``{a="1",b="2"}`` without the empty labels (Prometheus treats empty as absent)."""
-    inner = ",".join(f'{k}="{_esc(v)}"' for k, v in pairs if v)
-    return "{" + inner + "}"
-
-
 @dataclass
 class PortRow:
-    labels: str
+    labels: dict[str, str]
     up: float
     logical: int | None
     physical: int | None
-    rate: float | None
+    rate_bytes: float | None  # bytes per second
     width: int | None
     healthy: float
     key_port: tuple[str, str]
@@ -190,11 +179,11 @@ def _row(port: dict, by_name: dict[str, dict], system_types: dict[str, str]) -> 
     guid = norm_guid(port.get("guid") or name.split("_", 1)[0])
     system_guid = norm_guid(port.get("systemID") or port.get("system_guid") or name.split("_", 1)[0])
     return PortRow(
-        labels=label_text(pairs),
+        labels=_labels(pairs),
         up=float(logical == 4 and physical == 5),
         logical=logical,
         physical=physical,
-        rate=rate,
+        rate_bytes=rate / 8 if rate is not None else None,
         width=width,
         healthy=float(severity == 0),
         key_port=(guid, number),
@@ -214,6 +203,8 @@ def _telemetry_rows(reader: csv.DictReader) -> dict[tuple[str, str], dict[str, f
     table: dict[tuple[str, str], dict[str, float]] = {}
     columns = {name: column_key(name) for name in reader.fieldnames or [] if isinstance(name, str)}
     keys = {KEY_COLUMNS[k]: name for name, k in columns.items() if k in KEY_COLUMNS}
+    if "port_num" not in keys or not ({"port_guid", "node_guid"} & set(keys)):
+        raise ValueError("telemetry CSV: no port_num and node_guid/port_guid columns in its header")
     counters = {name: k for name, k in columns.items() if k in COUNTERS}
     for row in reader:
         port_num = str(row.get(keys.get("port_num", ""), "") or "").strip()
@@ -233,287 +224,276 @@ def _telemetry_rows(reader: csv.DictReader) -> dict[tuple[str, str], dict[str, f
     return table
 
 
-@dataclass
-class Snapshot:
-    text: bytes = b""
-    gzipped: bytes = b""
-    ports: int = 0
+class Ufm:
+    """The UFM connection and what one refresh learned, shared by the fabric's sources (each fetches
+    one resource; the ports need the systems' types, the counters need the ports)."""
 
-
-@dataclass
-class PartState:
-    success: bool = False
-    errors: int = 0
-    duration_s: float = 0.0
-    last_success: float = 0.0
-
-
-@dataclass
-class FabricExporter:
-    ufm_url: str
-    telemetry_url: str | None = None
-    interval_s: float = 30.0
-    systems_every: int = 5
-    timeout_s: float = 10.0
-    verify_tls: bool | str = True
-    credentials: tuple[str, str] | None = None
-    data_unit: str = "words"
-    cluster_labels: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.base = self.ufm_url.rstrip("/")
+    def __init__(
+        self,
+        ufm_url: str,
+        telemetry_url: str | None = None,
+        timeout_s: float = 10.0,
+        verify_tls: bool | str = True,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
+        self.base = ufm_url.rstrip("/")
+        self.telemetry_url = telemetry_url
         self.client = httpx.Client(
-            auth=httpx.BasicAuth(*self.credentials) if self.credentials else None,
-            timeout=httpx.Timeout(self.timeout_s),
-            verify=tls_verify(self.verify_tls),
+            auth=httpx.BasicAuth(*credentials) if credentials else None,
+            timeout=httpx.Timeout(timeout_s),
+            verify=tls_verify(verify_tls),
         )
-        self.parts = {name: PartState() for name in ("ports", "systems", "events", "telemetry")}
         self.system_types: dict[str, str] = {}
-        self.systems: list[dict] = []
-        self.events_seen: set[int] = set()
-        self.event_counts: dict[tuple[str, str], int] = {}
-        self.snapshot = Snapshot()
-        self.refreshes = 0
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
+        self.rows: list[PortRow] = []
 
-    # -- fetching ---------------------------------------------------------------------------------
-    def _get_json(self, path: str) -> object:
+    def get_json(self, path: str) -> object:
         response = self.client.get(self.base + path)
         response.raise_for_status()
         return response.json()
 
-    def _part(self, name: str, fetch):
-        state = self.parts[name]
-        started = time.perf_counter()
-        try:
-            result = fetch()
-        except (httpx.HTTPError, ValueError, TypeError, KeyError) as exc:
-            state.success = False
-            state.errors += 1
-            state.duration_s = time.perf_counter() - started
-            log.warning(kv(event="ufm_fetch_failed", part=name, error=str(exc) or repr(exc)))
-            return None
-        state.success, state.duration_s, state.last_success = True, time.perf_counter() - started, time.time()
-        return result
+    def get_list(self, path: str, what: str) -> list[dict]:
+        body = self.get_json(path)
+        if not isinstance(body, list):
+            raise ValueError(f"{what}: expected a JSON list")
+        return [item for item in body if isinstance(item, dict)]
 
-    def _ports(self) -> list[dict]:
-        ports = self._get_json("/ufmRest/resources/ports")
-        if not isinstance(ports, list):
-            raise ValueError("ports: expected a JSON list")
-        return ports
+    def close(self) -> None:
+        self.client.close()
 
-    def _systems(self) -> list[dict]:
-        systems = self._get_json("/ufmRest/resources/systems")
-        if not isinstance(systems, list):
-            raise ValueError("systems: expected a JSON list")
-        return [s for s in systems if isinstance(s, dict)]
 
-    def _events(self) -> None:
-        events = self._get_json("/ufmRest/app/events")
-        if not isinstance(events, list):
-            raise ValueError("events: expected a JSON list")
-        for event in events:
-            if not isinstance(event, dict) or not isinstance(event.get("id"), int):
-                continue
-            if event["id"] in self.events_seen:
-                continue
-            self.events_seen.add(event["id"])
-            key = (str(event.get("severity", "")), str(event.get("category", "")))
-            self.event_counts[key] = self.event_counts.get(key, 0) + 1
-        if len(self.events_seen) > 200_000:  # UFM keeps a window of recent events; so do we
-            self.events_seen = set(sorted(self.events_seen)[-100_000:])
+FETCH_ERRORS = (httpx.HTTPError, ValueError, TypeError, KeyError)
 
-    def _telemetry(self) -> dict[tuple[str, str], dict[str, float]]:
-        assert self.telemetry_url
-        response = self.client.get(self.telemetry_url)
-        response.raise_for_status()
-        return parse_telemetry_csv(response.text)
 
-    def refresh(self) -> None:
-        """One round of fetching and rendering; never raises for a bad or absent UFM."""
-        if self.refreshes % self.systems_every == 0 or not self.systems:
-            systems = self._part("systems", self._systems)
-            if systems is not None:
-                self.systems = systems
-                self.system_types = {
-                    str(s.get("system_name", "")): str(s.get("type", "")).lower() for s in systems
+def _ufm_problem(problems: Problems, what: str, exc: Exception) -> None:
+    problems.add("ufm", f"{what}: {exc or repr(exc)}")
+
+
+def _gauge(name: str, doc: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc)
+
+
+def _counter(name: str, doc: str) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc)
+
+
+def _add(family: Metric, labels: dict[str, str], value: float) -> None:
+    """A sample whose label set is its own: a port's labels depend on what is at the other end."""
+    family.samples.append(
+        Sample(family.name + "_total" if family.type == "counter" else family.name, labels, value)
+    )
+
+
+class FabricSystems(Source):
+    """Switches (``/ufmRest/resources/systems``), fetched every ``every`` refreshes: they rarely change."""
+
+    name = "fabric_systems"
+
+    def __init__(self, ufm: Ufm, every: int = 5) -> None:
+        self.ufm, self.every = ufm, every
+        self.systems: list[dict] = []
+        self.rounds = 0
+
+    def gather(self, problems: Problems) -> list[Metric]:
+        if self.rounds % self.every == 0 or not self.systems:
+            try:
+                self.systems = self.ufm.get_list("/ufmRest/resources/systems", "systems")
+                self.ufm.system_types = {
+                    str(s.get("system_name", "")): str(s.get("type", "")).lower() for s in self.systems
                 }
-        ports = self._part("ports", self._ports)
-        self._part("events", self._events)
-        telemetry = self._part("telemetry", self._telemetry) if self.telemetry_url else None
-        text = self.render(ports, telemetry)
-        with self.lock:
-            self.snapshot = Snapshot(text, gzip.compress(text, compresslevel=1), len(ports or []))
-        self.refreshes += 1
-
-    # -- rendering --------------------------------------------------------------------------------
-    def render(self, ports: list[dict] | None, telemetry: dict | None) -> bytes:
-        out: list[str] = []
-        rows = port_rows(ports, self.system_types) if ports is not None else []
-        gauges = [
-            (
-                "fleetsight_fabric_port_up",
-                "1 when the port's physical link is up and its logical state Active.",
-                lambda r: r.up,
-            ),
-            (
-                "fleetsight_fabric_port_logical_state",
-                "Logical state (1 Down, 2 Init, 3 Armed, 4 Active).",
-                lambda r: r.logical,
-            ),
-            (
-                "fleetsight_fabric_port_physical_state",
-                "Physical state (2 Polling, 3 Disabled, 5 LinkUp...).",
-                lambda r: r.physical,
-            ),
-            (
-                "fleetsight_fabric_port_rate_bits_per_second",
-                "Active rate: lanes x per-lane speed.",
-                lambda r: r.rate,
-            ),
-            ("fleetsight_fabric_port_width", "Active lanes.", lambda r: r.width),
-            (
-                "fleetsight_fabric_port_healthy",
-                "1 when UFM rates the port's severity Info.",
-                lambda r: r.healthy,
-            ),
-        ]
-        for name, doc, value_of in gauges:
-            out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
-            out.extend(f"{name}{r.labels} {v}\n" for r in rows if (v := value_of(r)) is not None)
-        if telemetry is not None:
-            self._render_counters(out, rows, telemetry)
-        self._render_systems(out)
-        self._render_self(out, len(rows))
-        return "".join(out).encode()
-
-    def _render_counters(self, out: list[str], rows: list[PortRow], telemetry: dict) -> None:
-        multiplier = 4.0 if self.data_unit == "words" else 1.0
-        matched = [(r, telemetry.get(r.key_port) or telemetry.get(r.key_node)) for r in rows]
-        for column, (suffix, kind) in COUNTERS.items():
-            name = f"fleetsight_fabric_port_{suffix}_total"
-            factor = multiplier if kind == "data" else 1.0
-            out.append(f"# HELP {name} UFM Telemetry port counter ({column}).\n# TYPE {name} counter\n")
-            out.extend(
-                f"{name}{r.labels} {values[column] * factor}\n"
-                for r, values in matched
-                if values is not None and column in values
-            )
-
-    def _render_systems(self, out: list[str]) -> None:
-        out.append("# HELP fleetsight_fabric_switch_healthy 1 when UFM rates the switch's severity Info.\n")
-        out.append("# TYPE fleetsight_fabric_switch_healthy gauge\n")
-        info = []
+            except FETCH_ERRORS as exc:
+                _ufm_problem(problems, "systems", exc)
+        self.rounds += 1
+        healthy = _gauge("fleetsight_fabric_switch_healthy", "1 when UFM rates the switch's severity Info.")
+        info = _gauge("fleetsight_fabric_switch_info", "Switch model, severity and state (value 1).")
         for system in self.systems:
             if str(system.get("type", "")).lower() != "switch":
                 continue
             name = str(system.get("system_name", ""))
             severity = str(system.get("severity", ""))
-            healthy = SEVERITY_RANK.get(severity.strip().lower(), 3) == 0
-            out.append(f"fleetsight_fabric_switch_healthy{label_text([('switch', name)])} {float(healthy)}\n")
+            _add(
+                healthy,
+                _labels([("switch", name)]),
+                float(SEVERITY_RANK.get(severity.strip().lower(), 3) == 0),
+            )
             pairs = [
                 ("switch", name),
                 ("model", str(system.get("model", ""))),
                 ("severity", severity),
                 ("state", str(system.get("state", ""))),
             ]
-            info.append(f"fleetsight_fabric_switch_info{label_text(pairs)} 1.0\n")
-        out.append("# HELP fleetsight_fabric_switch_info Switch model, severity and state (value 1).\n")
-        out.append("# TYPE fleetsight_fabric_switch_info gauge\n")
-        out.extend(info)
-        out.append("# HELP fleetsight_fabric_events_total UFM events by severity and category.\n")
-        out.append("# TYPE fleetsight_fabric_events_total counter\n")
-        for (severity, category), count in sorted(self.event_counts.items()):
-            labels = label_text([("severity", severity), ("category", category)])
-            out.append(f"fleetsight_fabric_events_total{labels} {count}\n")
-
-    def _render_self(self, out: list[str], ports: int) -> None:
-        out.append("# HELP fleetsight_fabric_ports Ports UFM reported in the last refresh.\n")
-        out.append(f"# TYPE fleetsight_fabric_ports gauge\nfleetsight_fabric_ports {ports}\n")
-        families = [
-            (
-                "fleetsight_collector_success",
-                "gauge",
-                "1 when the last fetch of this UFM resource succeeded.",
-                lambda s: float(s.success),
-            ),
-            (
-                "fleetsight_collector_duration_seconds",
-                "gauge",
-                "Duration of the last fetch.",
-                lambda s: s.duration_s,
-            ),
-            (
-                "fleetsight_collector_last_success_timestamp_seconds",
-                "gauge",
-                "Unix time of the last good fetch.",
-                lambda s: s.last_success,
-            ),
-        ]
-        for name, kind, doc, value_of in families:
-            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-            for part, state in self.parts.items():
-                if part == "telemetry" and not self.telemetry_url:
-                    continue
-                out.append(f'{name}{{collector="fabric_{part}"}} {value_of(state)}\n')
-        out.append("# HELP fleetsight_collector_errors_total Failed fetches by UFM resource.\n")
-        out.append("# TYPE fleetsight_collector_errors_total counter\n")
-        for part, state in self.parts.items():
-            labels = f'{{collector="fabric_{part}",source="ufm"}}'
-            out.append(f"fleetsight_collector_errors_total{labels} {state.errors}\n")
-
-    # -- running ----------------------------------------------------------------------------------
-    def run_forever(self) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                self.refresh()
-            except Exception as exc:  # keep serving the last snapshot whatever went wrong
-                log.exception(kv(event="refresh_crashed", error=repr(exc)))
-            self.stop.wait(max(0.5, self.interval_s - (time.monotonic() - started)))
-
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.run_forever, name="ufm-refresh", daemon=True)
-        thread.start()
-        return thread
+            _add(info, _labels(pairs), 1.0)
+        return [healthy, info]
 
     def close(self) -> None:
-        self.stop.set()
-        self.client.close()
+        self.ufm.close()
 
 
-def serve_fabric(listen: str, exporter: FabricExporter) -> ThreadingHTTPServer:
-    host, _, port = listen.rpartition(":")
+PORT_GAUGES = [
+    (
+        "fleetsight_fabric_port_up",
+        "1 when the port's physical link is up and its logical state Active.",
+        "up",
+    ),
+    ("fleetsight_fabric_port_logical_state", "Logical state (1 Down, 2 Init, 3 Armed, 4 Active).", "logical"),
+    (
+        "fleetsight_fabric_port_physical_state",
+        "Physical state (2 Polling, 3 Disabled, 5 LinkUp...).",
+        "physical",
+    ),
+    (
+        "fleetsight_fabric_port_rate_bytes_per_second",
+        "Active signalling rate: lanes x per-lane speed, in bytes (NDR 4X reads 5e10).",
+        "rate_bytes",
+    ),
+    ("fleetsight_fabric_port_width", "Active lanes.", "width"),
+    ("fleetsight_fabric_port_healthy", "1 when UFM rates the port's severity Info.", "healthy"),
+]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                with exporter.lock:
-                    snapshot = exporter.snapshot
-                wants_gzip = "gzip" in self.headers.get("Accept-Encoding", "")
-                body = snapshot.gzipped if wants_gzip else snapshot.text
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                if wants_gzip:
-                    self.send_header("Content-Encoding", "gzip")
-            elif path == "/":
-                body = b"<h1>FleetSight fabric exporter</h1><a href='/metrics'>/metrics</a>\n"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-            else:
-                body = b"not found\n"
-                self.send_response(404)
-                self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+class FabricPorts(Source):
+    """Every port (``/ufmRest/resources/ports``, one request), labelled with both ends of its link."""
 
-    return start_http_server(host, int(port), Handler)
+    name = "fabric_ports"
+
+    def __init__(self, ufm: Ufm) -> None:
+        self.ufm = ufm
+
+    def gather(self, problems: Problems) -> list[Metric]:
+        try:
+            ports = self.ufm.get_list("/ufmRest/resources/ports", "ports")
+        except FETCH_ERRORS as exc:
+            _ufm_problem(problems, "ports", exc)
+            ports = []
+        self.ufm.rows = port_rows(ports, self.ufm.system_types)
+        families = []
+        for name, doc, attribute in PORT_GAUGES:
+            family = _gauge(name, doc)
+            samples = family.samples
+            for row in self.ufm.rows:
+                value = getattr(row, attribute)
+                if value is not None:
+                    samples.append(Sample(name, row.labels, value))
+            families.append(family)
+        count = _gauge("fleetsight_fabric_ports", "Ports UFM reported in the last refresh.")
+        count.add_metric([], len(self.ufm.rows))
+        return [*families, count]
+
+
+class FabricEvents(Source):
+    """UFM events (``/ufmRest/app/events``), each counted once by its id."""
+
+    name = "fabric_events"
+
+    def __init__(self, ufm: Ufm) -> None:
+        self.ufm = ufm
+        self.seen: set[int] = set()
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def gather(self, problems: Problems) -> list[Metric]:
+        try:
+            self._count(self.ufm.get_list("/ufmRest/app/events", "events"))
+        except FETCH_ERRORS as exc:
+            _ufm_problem(problems, "events", exc)
+        events = _counter("fleetsight_fabric_events", "UFM events by severity and category.")
+        for (severity, category), count in sorted(self.counts.items()):
+            _add(events, _labels([("severity", severity), ("category", category)]), count)
+        return [events]
+
+    def _count(self, events: list[dict]) -> None:
+        for event in events:
+            if not isinstance(event.get("id"), int) or event["id"] in self.seen:
+                continue
+            self.seen.add(event["id"])
+            key = (str(event.get("severity", "")), str(event.get("category", "")))
+            self.counts[key] = self.counts.get(key, 0) + 1
+        if len(self.seen) > 200_000:  # UFM keeps a window of recent events; so do we
+            self.seen = set(sorted(self.seen)[-100_000:])
+
+
+class FabricTelemetry(Source):
+    """Port counters from UFM Telemetry's CSV, matched to the ports by GUID and port number."""
+
+    name = "fabric_telemetry"
+
+    def __init__(self, ufm: Ufm, data_unit: str = "words") -> None:
+        self.ufm = ufm
+        self.multiplier = 4.0 if data_unit == "words" else 1.0
+
+    def gather(self, problems: Problems) -> list[Metric]:
+        assert self.ufm.telemetry_url
+        try:
+            response = self.ufm.client.get(self.ufm.telemetry_url)
+            response.raise_for_status()
+            telemetry = parse_telemetry_csv(response.text)
+        except FETCH_ERRORS as exc:
+            _ufm_problem(problems, "telemetry", exc)
+            return []
+        rows = self.ufm.rows
+        matched = [(r, telemetry.get(r.key_port) or telemetry.get(r.key_node)) for r in rows]
+        families = []
+        for column, (suffix, kind) in COUNTERS.items():
+            family = _counter(f"fleetsight_fabric_port_{suffix}", f"UFM Telemetry port counter ({column}).")
+            sample_name = f"fleetsight_fabric_port_{suffix}_total"
+            factor = self.multiplier if kind == "data" else 1.0
+            family.samples.extend(
+                Sample(sample_name, r.labels, values[column] * factor)
+                for r, values in matched
+                if values is not None and column in values
+            )
+            families.append(family)
+        return families
+
+
+class FabricExporter:
+    """The fabric's sources behind a :class:`~exporters.core.CachedRunner`: a background loop refreshes
+    every ``interval_s`` (systems every ``systems_every`` refreshes); a scrape sends the snapshot."""
+
+    def __init__(
+        self,
+        ufm_url: str,
+        telemetry_url: str | None = None,
+        interval_s: float = 30.0,
+        systems_every: int = 5,
+        timeout_s: float = 10.0,
+        verify_tls: bool | str = True,
+        credentials: tuple[str, str] | None = None,
+        data_unit: str = "words",
+    ) -> None:
+        self.ufm = Ufm(ufm_url, telemetry_url, timeout_s, verify_tls, credentials)
+        sources: list[Source] = [
+            FabricSystems(self.ufm, systems_every),
+            FabricPorts(self.ufm),
+            FabricEvents(self.ufm),
+        ]
+        if telemetry_url:
+            sources.append(FabricTelemetry(self.ufm, data_unit))
+        self.runner = CachedRunner(sources, interval_s)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.runner.snapshot
+
+    def refresh(self) -> Snapshot:
+        return self.runner.refresh()
+
+    def start(self) -> None:
+        self.runner.start()
+
+    def page(self, path: str) -> Page | None:
+        if path == "/metrics":
+            snapshot = self.runner.snapshot
+            return metrics_page(snapshot.text, snapshot.gzipped)
+        if path == "/":
+            return html_page("<h1>FleetSight fabric exporter</h1><a href='/metrics'>/metrics</a>\n")
+        return None
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def _labels(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Labels without the empty ones (Prometheus treats an empty label as absent)."""
+    return {k: v for k, v in pairs if v}
 
 
 def ufm_credentials(secret_file: str | None) -> tuple[str, str] | None:

@@ -14,31 +14,48 @@ import time
 
 from prometheus_client.core import Metric
 
-from exporters.core import Families, Problems, Source, list_dir, read_text
-from exporters.gpus import normalize_bdf
+from .core import Families, Problems, Source, list_dir, read_text
+from .gpus import normalize_bdf
 
 PORT_LABELS = ["device", "port"]
+Counter = tuple[str, str, int, str]  # (file path, metric name, multiplier, help)
 
-# PMA counters with names of their own (rules and dashboards use these); (metric, multiplier).
-NAMED_COUNTERS: dict[str, tuple[str, int, str]] = {
-    "port_xmit_data": ("transmit_bytes", 4, "Bytes transmitted (the PMA counts 4-byte words)."),
-    "port_rcv_data": ("receive_bytes", 4, "Bytes received (the PMA counts 4-byte words)."),
-    "port_xmit_packets": ("transmit_packets", 1, "Packets transmitted."),
-    "port_rcv_packets": ("receive_packets", 1, "Packets received."),
-    "symbol_error": ("symbol_errors", 1, "Minor link errors detected on a physical lane."),
-    "link_downed": ("link_downed", 1, "Times the link training failed and the link went down."),
-    "link_error_recovery": ("link_error_recovery", 1, "Successful link error recoveries."),
-    "port_rcv_errors": ("receive_errors", 1, "Packets received with an error."),
-    "port_xmit_discards": ("transmit_discards", 1, "Outbound packets discarded (port down, congestion)."),
-    "port_xmit_wait": ("transmit_wait", 1, "Ticks the port had data to send but no credits."),
-    "local_link_integrity_errors": (
-        "local_link_integrity_errors",
-        1,
-        "Local physical errors over threshold.",
-    ),
-    "excessive_buffer_overrun_errors": ("excessive_buffer_overrun_errors", 1, "Buffer overrun errors."),
-    "port_rcv_remote_physical_errors": ("receive_remote_physical_errors", 1, "Packets with EBP received."),
+# Every PMA counter has a metric of its own, as node_exporter does:
+# ``fleetsight_infiniband_port_<sysfs name without "port_">_total`` (``symbol_error`` ->
+# ``..._symbol_error_total``, ``port_xmit_wait`` -> ``..._xmit_wait_total``); the data counters count
+# 4-byte words and are exported in bytes (``..._xmit_data_bytes_total``). Every hw_counter likewise as
+# ``fleetsight_infiniband_port_hw_<name>_total``. The descriptions of the counters rules use:
+COUNTER_DOCS = {
+    "port_xmit_data": "Bytes transmitted (the PMA counts 4-byte words).",
+    "port_rcv_data": "Bytes received (the PMA counts 4-byte words).",
+    "port_xmit_packets": "Packets transmitted.",
+    "port_rcv_packets": "Packets received.",
+    "symbol_error": "Minor link errors detected on a physical lane.",
+    "link_downed": "Times the link training failed and the link went down.",
+    "link_error_recovery": "Successful link error recoveries.",
+    "port_rcv_errors": "Packets received with an error.",
+    "port_xmit_discards": "Outbound packets discarded (port down, congestion).",
+    "port_xmit_wait": "Ticks the port had data to send but no credits (congestion).",
+    "local_link_integrity_errors": "Local physical errors over threshold.",
+    "excessive_buffer_overrun_errors": "Buffer overrun errors.",
+    "port_rcv_remote_physical_errors": "Packets with EBP received.",
 }
+DATA_COUNTERS = ("port_xmit_data", "port_rcv_data")
+_NOT_NAME = re.compile(r"[^a-z0-9_]")
+
+
+def counter_metric(sysfs_name: str, hw: bool = False) -> tuple[str, int, str]:
+    """(metric name without ``_total``, multiplier, help) of a sysfs counter file."""
+    base = _NOT_NAME.sub("_", sysfs_name.lower())
+    if hw:
+        return f"fleetsight_infiniband_port_hw_{base}", 1, f"Driver hw_counter {sysfs_name} of the port."
+    base = base.removeprefix("port_")
+    doc = COUNTER_DOCS.get(sysfs_name, f"PMA port counter {sysfs_name}.")
+    if sysfs_name in DATA_COUNTERS:
+        return f"fleetsight_infiniband_port_{base}_bytes", 4, doc
+    return f"fleetsight_infiniband_port_{base}", 1, doc
+
+
 # hw_counters that are settings or gauges, not counters.
 NOT_COUNTERS = {"lifespan"}
 
@@ -80,8 +97,9 @@ class InfinibandSource(Source):
     def __init__(self, sysfs_root: str, rescan_s: float = 60.0) -> None:
         self.class_dir = os.path.join(sysfs_root, "class", "infiniband")
         self.rescan_s = rescan_s
-        # (device, port, port dir, counter names, hw counter names), rescanned once a minute.
-        self._ports: list[tuple[str, str, str, list[str], list[str]]] = []
+        # (device, port, port dir, counters, hw counters), rescanned once a minute; a counter is
+        # (file path, metric name, multiplier, help).
+        self._ports: list[tuple[str, str, str, list[Counter], list[Counter]]] = []
         self._pci: dict[str, str] = {}
         self._scanned_at = -1e18
 
@@ -93,8 +111,15 @@ class InfinibandSource(Source):
             ports_dir = os.path.join(self.class_dir, device, "ports")
             for port in list_dir(ports_dir):
                 port_dir = os.path.join(ports_dir, port)
-                counters = list_dir(os.path.join(port_dir, "counters"))
-                hw = [c for c in list_dir(os.path.join(port_dir, "hw_counters")) if c not in NOT_COUNTERS]
+                counters = [
+                    (f"{port_dir}/counters/{name}", *counter_metric(name))
+                    for name in list_dir(os.path.join(port_dir, "counters"))
+                ]
+                hw = [
+                    (f"{port_dir}/hw_counters/{name}", *counter_metric(name, hw=True))
+                    for name in list_dir(os.path.join(port_dir, "hw_counters"))
+                    if name not in NOT_COUNTERS
+                ]
                 ports.append((device, port, port_dir, counters, hw))
         self._ports, self._pci = ports, pci
 
@@ -135,20 +160,12 @@ class InfinibandSource(Source):
             PORT_LABELS,
         )
         rate_g = f.gauge(
-            "fleetsight_infiniband_port_rate_bits_per_second", "Port rate (all lanes).", PORT_LABELS
+            "fleetsight_infiniband_port_rate_bytes_per_second",
+            "Port signalling rate, all lanes (400 Gb/s NDR 4X reads 5e10).",
+            PORT_LABELS,
         )
         lanes_g = f.gauge(
             "fleetsight_infiniband_port_width", "Active lanes of the port (1X, 2X, 4X).", PORT_LABELS
-        )
-        other = f.counter(
-            "fleetsight_infiniband_port_counter",
-            "PMA port counters without a metric of their own, by sysfs name.",
-            [*PORT_LABELS, "counter"],
-        )
-        hw_family = f.counter(
-            "fleetsight_infiniband_port_hw_counter",
-            "Driver hw_counters of the port (RDMA retransmits, CNPs, out-of-sequence...), by sysfs name.",
-            [*PORT_LABELS, "counter"],
         )
         for device, port, port_dir, counters, hw in self._ports:
             labels = [device, port]
@@ -178,26 +195,16 @@ class InfinibandSource(Source):
             if phys:
                 phys_g.add_metric(labels, phys[0])
             if rate:
-                rate_g.add_metric(labels, rate[0])
+                rate_g.add_metric(labels, rate[0] / 8)
                 if rate[1]:
                     lanes_g.add_metric(labels, rate[1])
-            self._counters(f, other, labels, port_dir, counters)
-            for name in hw:
-                value = parse_counter(read_text(f"{port_dir}/hw_counters/{name}"))
-                if value is not None:
-                    hw_family.add_metric([*labels, name], value)
+            self._counters(f, labels, counters)
+            self._counters(f, labels, hw)
         return f.all()
 
-    def _counters(self, f: Families, other, labels: list[str], port_dir: str, counters: list[str]) -> None:
-        for name in counters:
-            value = parse_counter(read_text(f"{port_dir}/counters/{name}"))
-            if value is None:
-                continue  # "N/A (no PMA)" and friends
-            named = NAMED_COUNTERS.get(name)
-            if named is None:
-                other.add_metric([*labels, name], value)
-                continue
-            metric, multiplier, doc = named
-            f.counter(f"fleetsight_infiniband_port_{metric}", doc, PORT_LABELS).add_metric(
-                labels, value * multiplier
-            )
+    @staticmethod
+    def _counters(f: Families, labels: list[str], counters: list[Counter]) -> None:
+        for path, metric, multiplier, doc in counters:
+            value = parse_counter(read_text(path))
+            if value is not None:  # "N/A (no PMA)" and friends are skipped
+                f.counter(metric, doc, PORT_LABELS).add_metric(labels, value * multiplier)

@@ -4,14 +4,17 @@ Each reader returns the lines that appeared since the last call, with the time t
 when the source says so, and a *position* (file inode and offset; kmsg boot id and sequence number;
 journald cursor) that the caller persists, so that a restarted agent does not count old lines again.
 A file reader notices rotation (a new inode at the path: it finishes the old file, then starts the new
-one at offset 0; after a restart it finds the old file as ``<path>.1``) and truncation (size below the
-offset, or the bytes before the offset changed).
+one at offset 0; after a restart it finds the saved file among the rotated copies, ``<path>.1``,
+``<path>.2``, ``<path>.2.gz`` ..., by the bytes before the saved offset, and reads it and every newer
+copy before the log) and truncation (size below the offset, or the bytes
+before the offset changed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import json
 import os
 import re
@@ -19,6 +22,7 @@ import stat
 import subprocess
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,14 +60,18 @@ class FileReader:
     def __init__(self, path: str, position: dict | None = None) -> None:
         self.path = path
         self.fd: int | None = None
+        self.data: bytes | None = None  # a compressed rotated file, read whole (it no longer grows)
         self.inode: int | None = None
         self.offset = 0
         self.partial = b""
         # The last bytes read before ``offset``: if they change, the file was truncated and rewritten
         # to at least the same size between two polls (copytruncate), and is read again from the top.
         self.tail = b""
-        # Restored from a saved position: the first open looks for the saved file under its rotated
-        # name too, so that lines written to it between the last save and the rotation are not lost.
+        # Rotated files newer than the one being finished, oldest first: read whole, in turn, before
+        # the file at ``path`` (logrotate ran more than once while the agent was down).
+        self.backlog: list[str] = []
+        # Restored from a saved position: the first open looks for the saved file among the rotated
+        # ones too, so that lines written to it between the last save and the rotation are not lost.
         self.restored = False
         if position and position.get("kind") == self.kind and position.get("path") == path:
             self.inode, self.offset = position.get("inode"), int(position.get("offset", 0))
@@ -85,6 +93,10 @@ class FileReader:
             "tail": (self.tail[:-keep] if keep else self.tail).hex(),
         }
 
+    @property
+    def is_open(self) -> bool:
+        return self.fd is not None or self.data is not None
+
     def _open(self) -> bool:
         try:
             fd: int | None = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -92,7 +104,10 @@ class FileReader:
             fd = None
         inode = os.fstat(fd).st_ino if fd is not None else None
         restored, self.restored = self.restored, False
-        if restored and inode != self.inode and self._open_rotated():
+        # The saved file is elsewhere when the log has another inode, or the same inode number with
+        # other bytes (the number was freed by a rotation and reused for the new log).
+        moved = inode != self.inode or (fd is not None and not self._same_bytes(fd))
+        if restored and moved and self._open_rotated():
             if fd is not None:
                 os.close(fd)
             return True
@@ -103,50 +118,140 @@ class FileReader:
         self.fd = fd
         return True
 
+    def _same_bytes(self, fd: int) -> bool:
+        """True when the open file holds the saved tail just before the saved offset."""
+        if not self.tail:
+            return os.fstat(fd).st_size >= self.offset
+        start = self.offset - len(self.tail)
+        return start >= 0 and os.pread(fd, len(self.tail), start) == self.tail
+
+    def rotated_files(self) -> list[str]:
+        """The rotated copies of the log next to it, newest first: ``kern.log.1``, ``kern.log.2.gz``
+        (numbered), ``kern.log-20261121`` (dateext)."""
+        folder, base = os.path.split(os.path.abspath(self.path))
+        found = []
+        for name in os.listdir(folder or "."):
+            if name != base and (name.startswith(base + ".") or name.startswith(base + "-")):
+                full = os.path.join(folder, name)
+                with contextlib.suppress(OSError):
+                    found.append((os.stat(full).st_mtime_ns, _rotation_number(name, base), full))
+        # Numbered copies by their number (compression changes a copy's mtime), the others (dateext)
+        # newest first.
+        found.sort(key=lambda item: (item[1], -item[0]))
+        return [full for _, _, full in found]
+
     def _open_rotated(self) -> bool:
-        """Opens ``<path>.1`` when it is the file the saved position names (logrotate renamed it while
-        the agent was down); :meth:`poll` finishes it, then moves on to the new file."""
+        """Finds the file the saved position names among the rotated ones (logrotate renamed, copied
+        or compressed it while the agent was down, maybe more than once). :meth:`poll` finishes it,
+        then the newer rotated files, then the log."""
         try:
-            fd = os.open(self.path + ".1", os.O_RDONLY | os.O_CLOEXEC)
+            candidates = self.rotated_files()
         except OSError:
             return False
-        if os.fstat(fd).st_ino != self.inode:
-            os.close(fd)
+        for index, candidate in enumerate(candidates):
+            if self._matches(candidate):
+                self.backlog = list(reversed(candidates[:index]))
+                return True
+        return False
+
+    def _matches(self, candidate: str) -> bool:
+        """Opens ``candidate`` when it holds the saved file: the saved bytes just before the saved
+        offset (a renamed file, one compressed since, or a copytruncate copy), or, with no bytes to
+        compare, the saved inode."""
+        if not self.tail:
+            if _inode(candidate) != self.inode:
+                return False
+        elif not self._holds_tail(candidate):
             return False
-        self.fd = fd
+        if candidate.endswith(".gz"):
+            self.data = _gunzip(candidate, None)
+            if self.data is None:
+                return False
+        else:
+            try:
+                self.fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return False
+        self.inode = _inode(candidate)  # what a restart in the middle of this file looks for
         return True
 
+    def _holds_tail(self, candidate: str) -> bool:
+        start = self.offset - len(self.tail)
+        if candidate.endswith(".gz"):
+            head = _gunzip(candidate, self.offset)
+            return head is not None and head[start : self.offset] == self.tail
+        try:
+            with open(candidate, "rb") as f:
+                f.seek(start)
+                return f.read(len(self.tail)) == self.tail
+        except OSError:
+            return False
+
+    def _size(self) -> int:
+        return len(self.data) if self.data is not None else os.fstat(self.fd).st_size  # type: ignore[arg-type]
+
+    def _pread(self, length: int, offset: int) -> bytes:
+        if self.data is not None:
+            return self.data[offset : offset + length]
+        return os.pread(self.fd, length, offset)  # type: ignore[arg-type]
+
     def _read_available(self, budget: int) -> bytes:
-        assert self.fd is not None
-        size = os.fstat(self.fd).st_size
+        size = self._size()
         if size < self.offset or (
-            self.tail and os.pread(self.fd, len(self.tail), self.offset - len(self.tail)) != self.tail
+            self.tail and self._pread(len(self.tail), self.offset - len(self.tail)) != self.tail
         ):
             self.offset, self.partial, self.tail = 0, b"", b""  # truncated in place (copytruncate)
         if size == self.offset:
             return b""
-        data = os.pread(self.fd, min(size - self.offset, budget), self.offset)
+        data = self._pread(min(size - self.offset, budget), self.offset)
         self.offset += len(data)
         self.tail = (self.tail + data)[-TAIL_BYTES:]
         return data
 
     def poll(self) -> list[LogLine]:
-        if self.fd is None and not self._open():
+        if not self.is_open and not self._open():
             raise FileNotFoundError(f"kernel log {self.path} cannot be opened")
-        data = self._read_available(MAX_BYTES_PER_POLL)
+        budget = MAX_BYTES_PER_POLL
+        lines: list[LogLine] = []
+        while True:
+            data = self._read_available(budget)
+            budget -= len(data)
+            if budget <= 0 or not self._finished_file():
+                return lines + self._split(data, final=False)
+            # This file was rotated away and is drained: on to the next one.
+            lines += self._split(data, final=True)
+            self.close()
+            if not self._open_next():
+                return lines
+
+    def _finished_file(self) -> bool:
+        """True when the open file is no longer the log at ``path`` (it was rotated)."""
+        if self.data is not None or self.backlog:
+            return True
         try:
-            current = os.stat(self.path).st_ino
+            return os.stat(self.path).st_ino != self.inode
         except OSError:
-            current = self.inode  # renamed away and not recreated yet: keep reading the old one
-        if current != self.inode and len(data) < MAX_BYTES_PER_POLL:
-            # Rotated: the old file is drained, move to the new one.
-            os.close(self.fd)  # type: ignore[arg-type]
-            self.fd = None
-            lines = self._split(data, final=True)
-            if self._open():
-                lines += self._split(self._read_available(MAX_BYTES_PER_POLL), final=False)
-            return lines
-        return self._split(data, final=False)
+            return False  # renamed away and not recreated yet: keep reading the old one
+
+    def _open_next(self) -> bool:
+        """Opens the next rotated file of the backlog from its top, else the log at ``path``."""
+        self.offset, self.partial, self.tail = 0, b"", b""
+        while self.backlog:
+            candidate = self.backlog.pop(0)
+            if candidate.endswith(".gz"):
+                self.data = _gunzip(candidate, None)
+                if self.data is not None:
+                    self.inode = _inode(candidate)
+                    return True
+                continue
+            try:
+                self.fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            self.inode = os.fstat(self.fd).st_ino
+            return True
+        self.inode = None
+        return self._open()
 
     def _split(self, data: bytes, final: bool) -> list[LogLine]:
         if not data and not (final and self.partial):
@@ -165,6 +270,29 @@ class FileReader:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        self.data = None
+
+
+def _rotation_number(name: str, base: str) -> int:
+    """1 for ``kern.log.1`` and ``kern.log.1.gz``; a big number for names without one."""
+    rest = name[len(base) + 1 :].split(".", 1)[0]
+    return int(rest) if rest.isdigit() and len(rest) < 6 else 1 << 30
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _gunzip(path: str, limit: int | None) -> bytes | None:
+    """The first ``limit`` bytes (all, for None) of a gzip file, or None when it cannot be read."""
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read() if limit is None else f.read(limit)
+    except (OSError, EOFError, zlib.error):
+        return None
 
 
 def parse_kmsg_record(record: bytes) -> tuple[int, int, str] | None:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from prometheus_client.core import Metric
 
-from exporters.core import Families, Problems, Source, list_dir, read_text
+from .core import Families, Problems, Source, list_dir, read_text
 
 CLIENT_COMPONENTS = ("llite", "osc", "mdc")
 SERVER_COMPONENTS = ("obdfilter", "mdt")

@@ -1,5 +1,5 @@
-"""The node agent: one process per node (or, for a twin, one process serving many nodes) exposing the
-collectors of :mod:`exporters` on a Prometheus endpoint."""
+"""The node agent: the collectors of :mod:`exporters` for one node on a Prometheus endpoint; or, with a
+nodes file, several nodes from one process (``/nodes/<node>/metrics`` and ``/targets.json``)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,24 @@ import json
 import logging
 import os
 import re
+import socket
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from exporters import gpus
-from exporters.bmc import BmcSource, IpmiClient, RedfishClient, load_credentials
-from exporters.core import DeadlineRunner, Source, kv, render, start_http_server
-from exporters.infiniband import InfinibandSource
-from exporters.lustre import LustreSource
-from exporters.pcie import PcieSource
-from exporters.probes import PcieBandwidthSource
-from exporters.xid import XidSource
+from . import gpus
+from .bmc import BmcSource, IpmiClient, RedfishClient, load_credentials
+from .core import DeadlineRunner, Source, kv, render
+from .infiniband import InfinibandSource
+from .lustre import LustreSource
+from .pcie import PcieSource
+from .probes import PcieBandwidthSource
+from .serving import Page, html_page, json_page, metrics_page, not_found, parse_listen
+from .xid import XidSource
 
 log = logging.getLogger("fleetsight.exporters.node")
 
@@ -58,7 +58,6 @@ class NodeOptions:
     pcie_probe: str = "auto"  # auto (file if given), file, cuda, off
     pcie_probe_interval_s: float = 3600.0
     gpu_map_file: str | None = None
-    gpus: list[dict] | None = None  # an explicit GPU map ({gpu, pci_bdf, uuid}), e.g. from the twin's meta
     nvml: bool = True
     state_dir: str | None = None  # None: positions and counts live in memory only
     state_read_only: bool = False  # read the saved state, never write it (``--once``)
@@ -85,10 +84,14 @@ def kernel_log_mode(opts: NodeOptions) -> str:
 def build_sources(opts: NodeOptions) -> list[Source]:
     """The enabled collectors; a collector whose source is not configured (no BMC URL...) is skipped."""
     map_files = [p for p in (opts.gpu_map_file, opts.pcie_bandwidth_file) if p]
-    if opts.gpus:
-        gpu_map = gpus.GpuMap(gpus.from_entries(opts.gpus))
-    else:
-        gpu_map = gpus.discover(opts.sysfs_root, map_files, use_nvml=opts.nvml)
+    gpu_map = gpus.discover(
+        opts.sysfs_root,
+        map_files,
+        use_nvml=opts.nvml,
+        procfs_root=opts.procfs_root,
+        state_file=os.path.join(opts.state_dir, f"gpus-{opts.node}.json") if opts.state_dir else None,
+        save_state=not opts.state_read_only,
+    )
     sources: list[Source] = []
     wanted = set(opts.collectors)
     if "pcie" in wanted:
@@ -148,77 +151,84 @@ class NodeAgent:
         self.runner.close()
 
 
-def twin_node_options(
-    twin_dir: str, node: str, twin_url: str | None, base: NodeOptions, gpu_list: list[dict] | None = None
-) -> NodeOptions:
-    """Options for one node of a twin output folder (the twin's output contract)."""
-    root = Path(twin_dir) / "nodes" / node
-    probe_file = root / "fleetsight" / "pcie_bandwidth.json"
-    return NodeOptions(
-        **{
-            **base.__dict__,
-            "node": node,
-            "sysfs_root": str(root / "sys"),
-            "procfs_root": str(root / "proc"),
-            "kmsg_file": str(root / "var" / "log" / "kern.log"),
-            "journald": False,
-            "kernel_log_format": "syslog",
-            "redfish_url": f"{twin_url.rstrip('/')}/bmc/{node}" if twin_url else None,
-            "pcie_bandwidth_file": str(probe_file),
-            "pcie_probe": "file",
-            "nvml": False,
-            "gpus": gpu_list,
-        }
-    )
+class NodeSet:
+    """Several nodes served by one process (a test bench, a simulator, a host that sees several nodes'
+    files): a JSON file lists them, each an object whose keys are the agent's own option names
+    (``{"node": "n0001", "sysfs_root": "...", "redfish_url": "..."}``); ``make_options`` turns an entry
+    into :class:`NodeOptions` (the command line's options fill what an entry leaves out). The file is
+    re-read when it changes: nodes come, go, or change with it; a file that does not parse keeps the
+    nodes as they were, and says so in the log."""
 
-
-def twin_nodes(twin_dir: str) -> dict[str, list[dict] | None]:
-    """Node names (with their GPU maps) from the twin's meta.json, else from its nodes/ folder."""
-    try:
-        meta = json.loads((Path(twin_dir) / "meta.json").read_text())
-        nodes: dict[str, list[dict] | None] = {}
-        for entry in meta.get("nodes", []):
-            if isinstance(entry, dict) and "name" in entry:
-                nodes[str(entry["name"])] = entry.get("gpus") if isinstance(entry.get("gpus"), list) else None
-            elif isinstance(entry, str):
-                nodes[entry] = None
-        if nodes:
-            return nodes
-    except (OSError, ValueError, TypeError, AttributeError):
-        pass
-    nodes_dir = Path(twin_dir) / "nodes"
-    return {p.name: None for p in sorted(nodes_dir.iterdir()) if p.is_dir()} if nodes_dir.is_dir() else {}
-
-
-class MultiNodeAgents:
-    """Node agents for every node of a twin, created as the twin's nodes appear."""
-
-    def __init__(self, twin_dir: str, twin_url: str | None, base: NodeOptions) -> None:
-        self.twin_dir, self.twin_url, self.base = twin_dir, twin_url, base
+    def __init__(self, path: str, make_options: Callable[[dict], NodeOptions]) -> None:
+        self.path = path
+        self.make_options = make_options
         self.agents: dict[str, NodeAgent] = {}
+        self.entries: dict[str, dict] = {}
         self.lock = threading.Lock()
-        self._meta_stamp = -2
+        self.stamp: tuple[int, int] | None = None
+        self.problem = ""
+
+    def load(self) -> list[dict]:
+        """The file's entries; raises ValueError (naming the file and the entry) when it is malformed."""
+        try:
+            with open(self.path) as f:
+                entries = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{self.path}: {exc}") from exc
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ValueError(f"{self.path}: expected a JSON list of objects (one per node)")
+        names = [str(e.get("node", "")) for e in entries]
+        for index, name in enumerate(names):
+            if not _NODE_NAME.match(name):
+                raise ValueError(f"{self.path}: entry {index}: 'node' {name!r} is not a valid host name")
+            if names.count(name) > 1:
+                raise ValueError(f"{self.path}: node {name!r} is listed twice")
+        return entries
 
     def refresh(self) -> dict[str, NodeAgent]:
-        """The agents, after adding any node the twin has added (meta.json is re-read only when it
-        changes: it is large for a large twin, and this runs on every scrape)."""
+        """The agents, after taking in any change of the file (checked by mtime and size: cheap enough
+        for every scrape)."""
         with self.lock:
             try:
-                stamp = os.stat(os.path.join(self.twin_dir, "meta.json")).st_mtime_ns
+                info = os.stat(self.path)
+                stamp = (info.st_mtime_ns, info.st_size)
             except OSError:
-                stamp = -1
-            if stamp == self._meta_stamp and stamp != -1:
-                return dict(self.agents)
-            self._meta_stamp = stamp
-            for node, gpu_list in twin_nodes(self.twin_dir).items():
-                if node not in self.agents and _NODE_NAME.match(node):
-                    opts = twin_node_options(self.twin_dir, node, self.twin_url, self.base, gpu_list)
-                    self.agents[node] = NodeAgent(opts)
-                    log.info(kv(event="node_added", node=node))
+                stamp = None
+            if stamp is not None and stamp != self.stamp:
+                self.stamp = stamp
+                try:
+                    self._apply(self.load())
+                    self.problem = ""
+                except (ValueError, OSError) as exc:
+                    if str(exc) != self.problem:
+                        log.error(kv(event="nodes_file_invalid", file=self.path, error=str(exc)))
+                    self.problem = str(exc)
             return dict(self.agents)
 
+    def _apply(self, entries: list[dict]) -> None:
+        """Takes in the file's entries, all or nothing: the new and changed nodes' agents are built
+        before any old one is let go."""
+        wanted = {str(e["node"]): e for e in entries}
+        changed = [name for name, entry in wanted.items() if entry != self.entries.get(name)]
+        built: dict[str, NodeAgent] = {}
+        try:
+            for name in changed:
+                built[name] = NodeAgent(self.make_options(wanted[name]))
+        except Exception:
+            for agent in built.values():
+                agent.close()
+            raise
+        for name in [n for n in self.agents if n not in wanted or n in built]:
+            self.agents.pop(name).close()
+            if name not in wanted:
+                log.info(kv(event="node_removed", node=name))
+        for name, agent in built.items():
+            log.info(kv(event="node_changed" if name in self.entries else "node_added", node=name))
+            self.agents[name] = agent
+        self.entries = wanted
+
     def scrape_all(self) -> bytes:
-        """Every node's metrics as one exposition (families merged, as Prometheus's text format wants)."""
+        """Every node's metrics as one exposition (families merged, as the text format wants)."""
         merged: dict[str, Metric] = {}
         for agent in self.refresh().values():
             for family in agent.registry.collect():
@@ -233,55 +243,47 @@ class MultiNodeAgents:
             agent.close()
 
 
-def serve(listen: str, single: NodeAgent | None, multi: MultiNodeAgents | None) -> ThreadingHTTPServer:
-    """An HTTP server: ``/metrics`` for a single agent; ``/nodes/<node>/metrics`` and an HTTP service
-    discovery document ``/targets.json`` in multi-node mode. Returns the started server."""
-    host, _, port = listen.rpartition(":")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if single is not None and path == "/metrics":
-                self._send(200, single.scrape(), CONTENT_TYPE_LATEST)
-            elif multi is not None and path.startswith("/nodes/") and path.endswith("/metrics"):
-                node = path[len("/nodes/") : -len("/metrics")]
-                agent = multi.refresh().get(node)
-                if agent is None:
-                    self._send(404, f"unknown node {node!r}\n".encode(), "text/plain")
-                else:
-                    self._send(200, agent.scrape(), CONTENT_TYPE_LATEST)
-            elif multi is not None and path == "/targets.json":
-                self._send(200, json.dumps(self._targets()).encode(), "application/json")
-            elif path == "/":
-                self._send(200, self._index().encode(), "text/html; charset=utf-8")
-            else:
-                self._send(404, b"not found\n", "text/plain")
-
-        def _targets(self) -> list[dict]:
-            address = f"{self.server.server_address[0]}:{self.server.server_address[1]}"
-            assert multi is not None
-            return [
-                {"targets": [address], "labels": {"node": node, "__metrics_path__": f"/nodes/{node}/metrics"}}
-                for node in sorted(multi.refresh())
-            ]
-
-        def _index(self) -> str:
-            if single is not None:
-                return f"<h1>FleetSight node agent ({single.opts.node})</h1><a href='/metrics'>/metrics</a>\n"
-            assert multi is not None
-            links = "".join(f"<li><a href='/nodes/{n}/metrics'>{n}</a></li>" for n in sorted(multi.refresh()))
-            return (
-                f"<h1>FleetSight node agents (twin)</h1><a href='/targets.json'>targets</a><ul>{links}</ul>\n"
+def single_node_pages(agent: NodeAgent) -> Callable[[str], Page | None]:
+    def page(path: str) -> Page | None:
+        if path == "/metrics":
+            return metrics_page(agent.scrape())
+        if path == "/":
+            return html_page(
+                f"<h1>FleetSight node agent ({agent.opts.node})</h1><a href='/metrics'>/metrics</a>\n"
             )
+        return None
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    return page
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
 
-    return start_http_server(host, int(port), Handler)
+def node_set_pages(nodes: NodeSet, address: str) -> Callable[[str], Page | None]:
+    """``/nodes/<node>/metrics`` per node and an HTTP service-discovery document ``/targets.json``
+    (each target carries ``node`` and ``__metrics_path__``) for Prometheus's ``http_sd_configs``."""
+
+    def page(path: str) -> Page | None:
+        if path.startswith("/nodes/") and path.endswith("/metrics"):
+            node = path[len("/nodes/") : -len("/metrics")]
+            agent = nodes.refresh().get(node)
+            return metrics_page(agent.scrape()) if agent else not_found(f"unknown node {node!r}")
+        if path == "/targets.json":
+            targets = [
+                {"targets": [address], "labels": {"node": n, "__metrics_path__": f"/nodes/{n}/metrics"}}
+                for n in sorted(nodes.refresh())
+            ]
+            return json_page(json.dumps(targets))
+        if path == "/":
+            links = "".join(f"<li><a href='/nodes/{n}/metrics'>{n}</a></li>" for n in sorted(nodes.refresh()))
+            return html_page(
+                f"<h1>FleetSight node agents</h1><a href='/targets.json'>targets</a><ul>{links}</ul>\n"
+            )
+        return None
+
+    return page
+
+
+def advertised_address(listen: str) -> str:
+    """The HOST:PORT a scraper reaches ``listen`` at (a wildcard address stands for this host)."""
+    host, port = parse_listen(listen)
+    if host in ("0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

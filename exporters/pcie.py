@@ -15,8 +15,8 @@ import time
 
 from prometheus_client.core import Metric
 
-from exporters.core import Families, Problems, Source, list_dir, read_text
-from exporters.gpus import NVIDIA_VENDOR, GpuMap, normalize_bdf
+from .core import Families, Problems, Source, list_dir, read_text
+from .gpus import NVIDIA_VENDOR, GpuMap, normalize_bdf
 
 _SPEED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
 _WIDTH = re.compile(r"^\s*[xX]?([0-9]+)\s*$")

@@ -23,8 +23,8 @@ import time
 
 from prometheus_client.core import Metric
 
-from exporters.core import Families, Problems, Source, kv, read_text
-from exporters.gpus import GpuMap, normalize_bdf
+from .core import Families, Problems, Source, kv, read_text
+from .gpus import GpuMap, normalize_bdf
 
 log = logging.getLogger("fleetsight.exporters.probes")
 

@@ -10,7 +10,7 @@ Forms seen across driver generations, with or without a syslog/dmesg prefix::
     nvidia-nvswitch3: SXid (PCI:0000:04:00.0): 22013, Non-fatal, Link 44 ...       (NVSwitch)
 
 Counting is by Xid code and GPU; the category and recommended action come from
-:mod:`exporters.xid_catalog`. The reader's position and the counts are saved in a state file, so a
+:mod:`fleetsight.xid_catalog`. The reader's position and the counts are saved in a state file, so a
 restart neither counts old lines again nor resets the counters.
 """
 
@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from exporters.core import Families, Problems, Source, kv
-from exporters.gpus import GpuMap, normalize_bdf
-from exporters.kernlog import FileReader, JournalReader, KmsgReader, LogLine
-from exporters.state import save_json
-from exporters.xid_catalog import lookup
+from fleetsight.xid_catalog import lookup
+
+from .core import Families, Problems, Source, kv
+from .gpus import GpuMap, normalize_bdf
+from .kernlog import FileReader, JournalReader, KmsgReader, LogLine
+from .state import save_json
 
 log = logging.getLogger("fleetsight.exporters.xid")
 

@@ -6,14 +6,13 @@ import importlib
 import signal
 import sys
 import time
-from typing import ClassVar
 
 import click
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fleetsight import __version__, stack
+from fleetsight import __version__, registry, stack
 from fleetsight import setup as setup_mod
 from fleetsight.settings import Settings
 
@@ -38,55 +37,30 @@ def styled(status: str) -> str:
 
 
 class LazyGroup(click.Group):
-    """Loads the sub-command groups that live in component folders only when they are used, so that
-    `fleetsight --help` stays fast and a broken component does not break the whole CLI."""
-
-    lazy: ClassVar[dict[str, tuple[str, str]]] = {
-        "twin": ("twin.cli", "the digital twin: run a scenario, serve it, backfill history"),
-        "exporter": ("exporters.cli", "the node agent and the fabric exporter"),
-    }
-    planned: ClassVar[dict[str, str]] = {
-        "rules": "check and test the Prometheus alert rules",
-        "anomaly": "the straggler-detection service",
-        "health": "the node health service and its scheduler API",
-        "chatbot": "the runbook chatbot",
-    }
+    """Adds the commands that component folders declare (``CLI`` in their ``component.py``), loading
+    each one's module only when it is used, so that `fleetsight --help` stays fast and a broken
+    component does not break the whole CLI."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *self.lazy, *self.planned])
+        return sorted([*super().list_commands(ctx), *registry.cli_entries()])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.lazy:
-            module_name, _ = self.lazy[name]
-            return importlib.import_module(module_name).cli
-        if name in self.planned:
-            return planned_command(name, self.planned[name])
+        entry = registry.cli_entries().get(name)
+        if entry is not None:
+            return importlib.import_module(entry.module).cli
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        entries = registry.cli_entries()
         rows = []
         for name in self.list_commands(ctx):
-            if name in self.lazy:
-                rows.append((name, self.lazy[name][1]))
-            elif name in self.planned:
-                rows.append((name, f"(not built yet) {self.planned[name]}"))
+            if name in entries:
+                rows.append((name, entries[name].help))
             else:
                 command = super().get_command(ctx, name)
                 rows.append((name, command.get_short_help_str(70) if command else ""))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-
-
-def planned_command(name: str, summary: str) -> click.Command:
-    @click.command(
-        name=name,
-        help=f"{summary.capitalize()}. Not built yet: this arrives with its own issue.",
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
-    def command() -> None:
-        raise click.ClickException(f"`fleetsight {name}` is not built yet ({summary}).")
-
-    return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -201,13 +175,24 @@ def interrupt(_signum: int, _frame: object) -> None:
 
 
 def render_rows(rows: list[stack.Row], title: str) -> Table:
-    table = Table(
-        "component", "status", "pid", "restarts", "URLs", "detail", title=title, title_justify="left"
-    )
+    """The state of each component; URLs are listed under the table (:func:`print_urls`), because a
+    narrow terminal or a log file would otherwise cut them to "…"."""
+    table = Table("component", "status", "pid", "restarts", "detail", title=title, title_justify="left")
     for row in rows:
-        urls = "\n".join(f"{k}: {v}" for k, v in row.urls.items())
-        table.add_row(row.name, styled(row.status), str(row.pid or ""), str(row.restarts), urls, row.detail)
+        table.add_row(row.name, styled(row.status), str(row.pid or ""), str(row.restarts), row.detail)
+    table.columns[-1].overflow = "fold"
     return table
+
+
+def print_urls(rows: list[stack.Row]) -> None:
+    """Every URL whole, one per line, whatever the terminal's width."""
+    listed = [(row.name, key, url) for row in rows for key, url in row.urls.items()]
+    if not listed:
+        return
+    console.print("URLs:")
+    width = max(len(f"{name} {key}") for name, key, _ in listed)
+    for name, key, url in listed:
+        console.print(f"  {f'{name} {key}':<{width}}  {url}", soft_wrap=True, highlight=False, markup=False)
 
 
 @main.command()
@@ -239,6 +224,7 @@ def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
     except stack.StackError as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(render_rows(rows, f"FleetSight stack (run folder {settings.run_dir})"))
+    print_urls(rows)
     bad = [r for r in rows if r.status != "ready"]
     console.print(f"logs: {settings.run_dir / 'logs'}   stop with: fleetsight down")
     if foreground:
@@ -271,6 +257,7 @@ def status() -> None:
         sys.exit(1)
     title = "running" if running else "supervisor NOT running"
     console.print(render_rows(rows, f"FleetSight stack: {title} ({settings.run_dir})"))
+    print_urls(rows)
     if not running or any(r.status not in ("ready", "skipped") for r in rows):
         sys.exit(1)
 

@@ -2,15 +2,12 @@
 
 A component says how to tell whether it is installed, how to prepare its configuration in the run
 folder, the command that starts it, how to tell that it is ready, what it depends on and which URLs
-it serves. Each component folder declares its own in a ``component.py`` module exporting
-``COMPONENTS``; the runner gathers them from :data:`COMPONENT_MODULES`, so a later component joins the
-stack by adding its module name there.
+it serves. Each component folder declares its own in its ``component.py`` (``COMPONENTS``), and
+:mod:`fleetsight.registry` finds them: a new component joins the stack by its folder alone.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,16 +15,8 @@ from typing import Any
 
 import httpx
 
+from fleetsight import registry
 from fleetsight.settings import Settings
-
-# Start order (dependencies aside): Prometheus last, so that the targets it discovers over HTTP (the
-# twin's and the exporters') answer at its first service-discovery refresh.
-COMPONENT_MODULES = [
-    "alerting.component",
-    "twin.component",
-    "exporters.component",
-    "metrics.component",
-]
 
 
 @dataclass(frozen=True)
@@ -53,22 +42,13 @@ class Component:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def component_modules() -> list[str]:
-    """The built-in component modules plus any named in FLEETSIGHT_EXTRA_COMPONENTS (comma-separated
-    importable module names): a site's own components, or a test's."""
-    extra = [m.strip() for m in os.environ.get("FLEETSIGHT_EXTRA_COMPONENTS", "").split(",") if m.strip()]
-    return [*COMPONENT_MODULES, *extra]
-
-
 def load_components() -> dict[str, Component]:
-    """All declared components, by name, in declaration order."""
+    """All declared components, by name, in start order (see :mod:`fleetsight.registry`)."""
     found: dict[str, Component] = {}
-    for module_name in component_modules():
-        module = importlib.import_module(module_name)
-        for component in getattr(module, "COMPONENTS", []):
-            if component.name in found:
-                raise ValueError(f"component {component.name!r} is declared twice ({module_name})")
-            found[component.name] = component
+    for component in registry.declared("COMPONENTS"):
+        if component.name in found:
+            raise ValueError(f"component {component.name!r} is declared twice")
+        found[component.name] = component
     return found
 
 

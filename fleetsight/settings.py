@@ -12,29 +12,6 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Offsets from the port base, one per component port. Components look their port up by name so that
-# a second stack only has to move the base.
-PORT_OFFSETS: dict[str, int] = {
-    "prometheus": 90,
-    "alertmanager": 93,
-    "alertmanager_cluster": 94,
-    "slack_sink": 95,
-    "twin": 100,
-    "exporter_node": 200,  # a range: one port per node agent, up to 1000 nodes
-    "exporter_fabric": 99,
-    "thanos_query": 110,
-    "thanos_sidecar_http": 111,
-    "thanos_sidecar_grpc": 112,
-    "thanos_store_http": 113,
-    "thanos_store_grpc": 114,
-    "kafka": 120,
-    "kafka_controller": 121,
-    "opensearch": 130,
-    "anomaly": 140,
-    "health": 141,
-    "chatbot": 142,
-    "node_exporter": 150,
-}
 DEFAULT_PORT_BASE = 19000
 
 
@@ -56,7 +33,15 @@ class Settings:
     host: str = "127.0.0.1"
 
     def port(self, name: str) -> int:
-        return self.port_base + PORT_OFFSETS[name]
+        """The port named ``name`` by a component's ``PORTS`` (an offset from the base)."""
+        from fleetsight.registry import port_offsets  # late: the registry imports component modules
+
+        offsets = port_offsets()
+        if name not in offsets:
+            raise KeyError(
+                f"no component declares a port named {name!r} (known: {', '.join(sorted(offsets))})"
+            )
+        return self.port_base + offsets[name]
 
     def url(self, name: str, path: str = "") -> str:
         return f"http://{self.host}:{self.port(name)}{path}"

@@ -1,14 +1,13 @@
 """``fleetsight setup``: install what the stack and the tests need, idempotently.
 
 Each thing to install is an :class:`InstallStep` with a fast check ("is it there already?") and an
-install action. Steps are declared next to the component that needs them (``INSTALL_STEPS`` in the
-modules of :data:`INSTALL_MODULES`); the core ones (Debian packages) are here. A step that fails is
-reported with its reason and the tail of its log, and the others still run.
+install action. Steps are declared next to the component that needs them (``INSTALL_STEPS`` in its
+``component.py``, found by :mod:`fleetsight.registry`); the core ones (Debian packages) are here. A
+step that fails is reported with its reason and the tail of its log, and the others still run.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import subprocess
@@ -19,12 +18,6 @@ from pathlib import Path
 
 from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import Settings
-
-INSTALL_MODULES = [
-    "fleetsight.setup",
-    "metrics.install",
-    "pipelines.install",
-]
 
 
 class InstallError(RuntimeError):
@@ -95,6 +88,42 @@ def tail(path: Path | None, lines: int = 12) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+# -- Binaries built from Go modules (Thanos, promtool 3.x) ---------------------------------------
+
+VERSION_CHECK_TIMEOUT_S = 10
+
+
+def binary_version(binary: Path) -> str:
+    """First line of ``BINARY --version``, or "" when it does not run."""
+    try:
+        result = subprocess.run(
+            [binary, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    output = (result.stdout or result.stderr).strip()
+    return output.splitlines()[0] if result.returncode == 0 and output else ""
+
+
+def go_env() -> dict[str, str]:
+    """The environment for `go`: keep the machine's GOFLAGS and add -mod=mod (the module copy's go.sum may
+    change), never fetch another toolchain (none can be fetched), no cgo, no checksum database by
+    default (only the module proxy answers here), and no go.work from a parent folder."""
+    goflags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-mod=mod"]))
+    return {
+        **os.environ,
+        "GOFLAGS": goflags,
+        "GOTOOLCHAIN": "local",
+        "CGO_ENABLED": "0",
+        "GOSUMDB": os.environ.get("GOSUMDB", "off"),
+        "GOWORK": "off",
+    }
+
+
 # -- Debian packages -------------------------------------------------------------------------------
 
 APT_PACKAGES = {
@@ -114,54 +143,73 @@ def dpkg_installed(package: str) -> bool:
     return result.returncode == 0 and "install ok installed" in result.stdout
 
 
-def apt_present(_settings: Settings) -> bool:
-    if shutil.which("dpkg-query") is None:
-        return False
-    return all(dpkg_installed(p) for p in APT_PACKAGES) and all(
-        shutil.which(b) or Path("/usr/sbin", b).exists() for b in APT_PACKAGES.values() if b
-    )
+def apt_present_check(packages: dict[str, str | None]) -> Callable[[Settings], bool]:
+    """A fast check: every package is installed and every named binary is on PATH (or in /usr/sbin)."""
+
+    def check(_settings: Settings) -> bool:
+        if shutil.which("dpkg-query") is None:
+            return False
+        return all(dpkg_installed(p) for p in packages) and all(
+            shutil.which(b) or Path("/usr/sbin", b).exists() for b in packages.values() if b
+        )
+
+    return check
 
 
-def apt_install(_settings: Settings, log: Path) -> None:
-    if shutil.which("apt-get") is None:
-        raise InstallError("apt-get is not available: this needs a Debian-based machine")
-    prefix: list[str] = []
-    if os.geteuid() != 0:
-        if shutil.which("sudo") is None:
-            raise InstallError(
-                "not root and no sudo: run `apt-get install " + " ".join(APT_PACKAGES) + "` as root"
-            )
-        prefix = ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    run_logged([*prefix, "apt-get", "update", "-q"], log, env=env)
-    run_logged(
-        [*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES], log, env=env
+def apt_installer(packages: dict[str, str | None]) -> Callable[[Settings, Path], None]:
+    def install(_settings: Settings, log: Path) -> None:
+        if shutil.which("apt-get") is None:
+            raise InstallError("apt-get is not available: this needs a Debian-based machine")
+        prefix: list[str] = []
+        if os.geteuid() != 0:
+            if shutil.which("sudo") is None:
+                raise InstallError(
+                    "not root and no sudo: run `apt-get install " + " ".join(packages) + "` as root"
+                )
+            prefix = ["sudo", "-n"]
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        run_logged([*prefix, "apt-get", "update", "-q"], log, env=env)
+        run_logged(
+            [*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], log, env=env
+        )
+        # Debian's packages start their services under systemd where it runs; the local stack runs its own.
+
+    return install
+
+
+def apt_step(
+    name: str, description: str, needed_by: str, packages: dict[str, str | None], eta: str = "~30 s"
+) -> InstallStep:
+    """A step that installs Debian packages (package name -> a binary it provides, or None)."""
+    return InstallStep(
+        name=name,
+        description=description,
+        needed_by=needed_by,
+        check=apt_present_check(packages),
+        install=apt_installer(packages),
+        eta=eta,
     )
-    # Debian's packages start their services under systemd where it runs; the local stack runs its own.
 
 
 INSTALL_STEPS = [
-    InstallStep(
-        name="debian-packages",
-        description="Prometheus, Alertmanager, node_exporter, rsyslog with Kafka and Elasticsearch modules",
-        needed_by="prometheus, alertmanager, node_exporter, rsyslog",
-        check=apt_present,
-        install=apt_install,
-        eta="~30 s",
+    apt_step(
+        "debian-packages",
+        "Prometheus, Alertmanager, node_exporter, rsyslog with Kafka and Elasticsearch modules",
+        "prometheus, alertmanager, node_exporter, rsyslog",
+        APT_PACKAGES,
     ),
 ]
 
 
 def load_steps() -> list[InstallStep]:
-    steps: list[InstallStep] = []
-    for module_name in INSTALL_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # that component has not declared install steps yet
-        steps.extend(getattr(module, "INSTALL_STEPS", []))
+    """The core's steps, then every component's, in start order."""
+    from fleetsight.registry import declared  # late: component modules import this one
+
+    steps = [*INSTALL_STEPS, *declared("INSTALL_STEPS")]
+    names = [s.name for s in steps]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ValueError(f"install step(s) declared twice: {', '.join(duplicated)}")
     return steps
 
 

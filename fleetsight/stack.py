@@ -46,6 +46,24 @@ def choose(settings: Settings, names: list[str]) -> list[Component]:
         raise StackError(str(exc.args[0])) from exc
 
 
+def preflight(settings: Settings, components: list[Component]) -> None:
+    """Each component's own configuration check (``extra["validate"]``: raises ValueError naming the file
+    and the problem), run for all of them before anything starts, so that a broken rule file or
+    receiver stops `up` with every problem listed and no component running half-configured."""
+    problems: dict[str, list[str]] = {}
+    for component in components:
+        check = component.extra.get("validate")
+        if check is None or component.missing(settings):
+            continue  # a component that cannot run is reported as skipped anyway
+        try:
+            check(settings)
+        except ValueError as exc:
+            problems.setdefault(str(exc), []).append(component.name)
+    if problems:
+        lines = [f"{', '.join(names)}: {problem}" for problem, names in problems.items()]
+        raise StackError("configuration errors, nothing was started:\n  " + "\n  ".join(lines))
+
+
 def up(settings: Settings, names: list[str], timeout_s: float, on_progress=None) -> list[Row]:
     """Start the supervisor for the chosen components and wait until each is ready or failed."""
     if supervisor_pid(settings):
@@ -54,6 +72,7 @@ def up(settings: Settings, names: list[str], timeout_s: float, on_progress=None)
             "(see `fleetsight status`; stop it with `fleetsight down`)"
         )
     components = choose(settings, names)
+    preflight(settings, components)
     for sub in ("logs", "data", "config"):
         (settings.run_dir / sub).mkdir(parents=True, exist_ok=True)
     state_path(settings).unlink(missing_ok=True)

@@ -1,79 +1,125 @@
-"""Prometheus in the local stack: configuration built from metrics/prometheus.yml plus the scrape
-jobs that other components declare."""
+"""Metrics in the local stack, in production's shape: a Prometheus HA pair (replicas A and B scraping the
+same targets), a Thanos sidecar per replica, Thanos store, compactor and query over a filesystem bucket,
+and Debian's node_exporter.
+
+Every configuration is derived from the production files (metrics/prometheus.yml, rules/), with only
+addresses and paths swapped (metrics/local.py), and is checked with promtool before anything starts.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import yaml
-
-from fleetsight.components import Component, http_ok, load_components, missing_binary
+from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 
-PRODUCTION_CONFIG = Path(__file__).with_name("prometheus.yml")
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+from . import local
+from .install import INSTALL_STEPS as THANOS_INSTALL_STEPS
+from .install import thanos_binary
+
+REPLICAS = ("A", "B")
 
 
-def config_path(settings: Settings) -> Path:
-    return settings.config_dir("prometheus") / "prometheus.yml"
+def missing_thanos(settings: Settings) -> str | None:
+    if not thanos_binary(settings).is_file():
+        return f"not installed: {thanos_binary(settings)} (run `fleetsight setup`; it builds Thanos)"
+    return None
 
 
-def local_config(settings: Settings) -> dict[str, Any]:
-    production = yaml.safe_load(PRODUCTION_CONFIG.read_text())
-    config: dict[str, Any] = {
-        "global": {**production["global"]},
-        "rule_files": [str(RULES_DIR / "*.yml")],
-        "alerting": {
-            "alert_relabel_configs": production["alerting"]["alert_relabel_configs"],
-            "alertmanagers": [
-                {"static_configs": [{"targets": [f"127.0.0.1:{settings.port('alertmanager')}"]}]}
-            ],
-        },
-        "scrape_configs": [
-            {
-                "job_name": "prometheus",
-                "static_configs": [{"targets": [f"127.0.0.1:{settings.port('prometheus')}"]}],
-            },
-        ],
-    }
-    config["global"]["external_labels"] = {**production["global"]["external_labels"], "replica": "local"}
-    for component in load_components().values():
-        config["scrape_configs"].extend(component.scrape_configs(settings))
-    return config
+def prometheus_component(replica: str) -> Component:
+    name = local.prometheus_name(replica)
+    port = local.prometheus_port_name(replica)
+    return Component(
+        name=name,
+        description=f"Prometheus replica {replica}: scrapes all targets, evaluates rules/, alerts both AMs",
+        command=lambda s: local.prometheus_command(s, replica),
+        prepare=lambda s: local.prepare_prometheus(s, replica),
+        ready=lambda s: http_ok(s.url(port, "/-/ready")),
+        urls=lambda s: {"ui": s.url(port)},
+        missing=lambda s: missing_binary("prometheus", "promtool"),
+        depends_on=("alertmanager", "alertmanager-b"),
+        extra={"validate": lambda s: local.validate_prometheus(s, replica)},
+    )
 
 
-def prepare(settings: Settings) -> None:
-    path = config_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(local_config(settings), sort_keys=False))
-    settings.data_dir("prometheus").mkdir(parents=True, exist_ok=True)
-
-
-def command(settings: Settings) -> list[str]:
-    return [
-        "prometheus",
-        f"--config.file={config_path(settings)}",
-        f"--storage.tsdb.path={settings.data_dir('prometheus')}",
-        f"--web.listen-address=127.0.0.1:{settings.port('prometheus')}",
-        "--web.enable-lifecycle",
-        "--web.enable-admin-api",
-        # 2-hour blocks are what a Thanos sidecar uploads.
-        "--storage.tsdb.min-block-duration=2h",
-        "--storage.tsdb.max-block-duration=2h",
-        "--storage.tsdb.retention.time=30d",
-    ]
+def sidecar_component(replica: str) -> Component:
+    http_port, _ = local.sidecar_port_names(replica)
+    return Component(
+        name=local.sidecar_name(replica),
+        description=f"Thanos sidecar of replica {replica}: serves its TSDB to query, uploads 2h blocks",
+        command=lambda s: local.sidecar_command(s, replica),
+        prepare=local.prepare_bucket,
+        ready=lambda s: http_ok(s.url(http_port, "/-/ready")),
+        urls=lambda s: {"status": s.url(http_port, "/metrics")},
+        missing=missing_thanos,
+        depends_on=(local.prometheus_name(replica),),
+    )
 
 
 COMPONENTS = [
     Component(
-        name="prometheus",
-        description="Prometheus: scrapes the twin and the exporters, evaluates rules/",
-        command=command,
-        prepare=prepare,
-        ready=lambda s: http_ok(s.url("prometheus", "/-/ready")),
-        urls=lambda s: {"ui": s.url("prometheus")},
-        missing=lambda s: missing_binary("prometheus"),
-        depends_on=("alertmanager",),
+        name="node-exporter",
+        description="node_exporter (Debian's prometheus-node-exporter): this host's generic metrics",
+        command=local.node_exporter_command,
+        ready=lambda s: http_ok(s.url("node_exporter", "/metrics"), timeout=5),
+        urls=lambda s: {"metrics": s.url("node_exporter", "/metrics")},
+        missing=lambda s: missing_binary(local.NODE_EXPORTER),
+        scrape_configs=local.node_exporter_scrape_configs,
+    ),
+    *(prometheus_component(replica) for replica in REPLICAS),
+    *(sidecar_component(replica) for replica in REPLICAS),
+    Component(
+        name="thanos-store",
+        description="Thanos store: serves the blocks in the bucket (history beyond the replicas' TSDBs)",
+        command=local.store_command,
+        prepare=local.prepare_bucket,
+        ready=lambda s: http_ok(s.url("thanos_store_http", "/-/ready")),
+        urls=lambda s: {"status": s.url("thanos_store_http", "/metrics")},
+        missing=missing_thanos,
+        ready_timeout_s=120.0,
+    ),
+    Component(
+        name="thanos-compact",
+        description="Thanos compactor: compacts, downsamples, applies retention (30d raw, 90d 5m, 365d 1h)",
+        command=local.compact_command,
+        prepare=local.prepare_bucket,
+        ready=lambda s: http_ok(s.url("thanos_compact_http", "/-/ready")),
+        urls=lambda s: {"status": s.url("thanos_compact_http", "/metrics")},
+        missing=missing_thanos,
+    ),
+    Component(
+        name="thanos-query",
+        description="Thanos query: one PromQL endpoint over both replicas and the bucket, deduplicated",
+        command=local.query_command,
+        ready=lambda s: http_ok(s.url("thanos_query", "/-/ready")),
+        urls=lambda s: {"ui": s.url("thanos_query")},
+        missing=missing_thanos,
+        depends_on=("thanos-sidecar", "thanos-sidecar-b", "thanos-store"),
     ),
 ]
+
+PORTS = {
+    "prometheus": 90,
+    "prometheus_b": 91,
+    "thanos_query": 110,
+    "thanos_query_grpc": 111,
+    "thanos_sidecar_http": 112,
+    "thanos_sidecar_grpc": 113,
+    "thanos_sidecar_b_http": 114,
+    "thanos_sidecar_b_grpc": 115,
+    "thanos_store_http": 116,
+    "thanos_store_grpc": 117,
+    "thanos_compact_http": 118,
+    "node_exporter": 150,
+}
+# Last: the targets Prometheus discovers over HTTP (the twin's, the exporters') answer at its first
+# service-discovery refresh.
+START_PRIORITY = 90
+INSTALL_STEPS = THANOS_INSTALL_STEPS
+
+
+# Replica A's configuration, under the names that the config checks (tests/test_configs.py) import.
+config_path = local.prometheus_config_path
+local_config = local.prometheus_config
+
+
+def prepare(settings: Settings) -> None:
+    local.prepare_prometheus(settings, "A")

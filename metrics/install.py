@@ -21,15 +21,13 @@ import tempfile
 from pathlib import Path
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, InstallStep, remove_leftovers, run_logged
+from fleetsight.setup import InstallError, InstallStep, binary_version, go_env, remove_leftovers, run_logged
 
 # The pins: change one and the next `fleetsight setup` rebuilds (the stamp no longer matches).
 THANOS_MODULE = "github.com/thanos-io/thanos"
 THANOS_VERSION = "v0.42.4"  # as in shared/STACK.md; its go.mod asks for Go 1.26
 THANOS_BUILD_TAGS = "netgo,slicelabels"
 THANOS_STAMP = f"{THANOS_MODULE}@{THANOS_VERSION} tags={THANOS_BUILD_TAGS}"
-
-VERSION_CHECK_TIMEOUT_S = 10
 
 
 def thanos_binary(settings: Settings) -> Path:
@@ -41,35 +39,12 @@ def thanos_stamp_file(settings: Settings) -> Path:
     return settings.bin_dir / "thanos.stamp"
 
 
-def thanos_reported_version(binary: Path) -> str:
-    """What ``thanos --version`` prints (first line), or "" when it does not run."""
-    try:
-        result = subprocess.run(
-            [binary, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_CHECK_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    output = (result.stdout or result.stderr).strip()
-    return output.splitlines()[0] if result.returncode == 0 and output else ""
-
-
 def thanos_present(settings: Settings) -> bool:
     """The binary runs and reports the pinned version, and the stamp names the pinned build."""
     binary, stamp = thanos_binary(settings), thanos_stamp_file(settings)
     if not (binary.is_file() and stamp.is_file()) or stamp.read_text().strip() != THANOS_STAMP:
         return False
-    return f"version {THANOS_VERSION.removeprefix('v')} " in thanos_reported_version(binary) + " "
-
-
-def go_env() -> dict[str, str]:
-    """The environment for `go`: keep the machine's GOFLAGS, add -mod=mod (the module's vendor state is
-    not ours to keep), and never let a go.mod directive fetch another toolchain (none can be fetched)."""
-    goflags = " ".join(filter(None, [os.environ.get("GOFLAGS", ""), "-mod=mod"]))
-    return {**os.environ, "GOFLAGS": goflags, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    return f"version {THANOS_VERSION.removeprefix('v')} " in binary_version(binary) + " "
 
 
 def download_module_source(log: Path) -> Path:
@@ -134,7 +109,7 @@ def install_thanos(settings: Settings, log: Path) -> None:
             os.replace(partial, thanos_binary(settings))
         finally:
             partial.unlink(missing_ok=True)
-    reported = thanos_reported_version(thanos_binary(settings))
+    reported = binary_version(thanos_binary(settings))
     if THANOS_VERSION.removeprefix("v") not in reported:
         raise InstallError(f"the built thanos does not report {THANOS_VERSION}: {reported!r}")
     thanos_stamp_file(settings).write_text(THANOS_STAMP + "\n")

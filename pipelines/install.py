@@ -3,9 +3,11 @@
 - Kafka (KRaft, no ZooKeeper) is a set of jars: the broker, the tools (StorageTool) and the log4j 2
   binding for slf4j 1.x, copied by ``mvn dependency:copy-dependencies`` from ``maven/kafka.pom.xml``.
 - OpenSearch is the integ-test distribution zip plus the ``ingest-common`` module (grok, dissect,
-  date, ... processors) assembled from its jars, from ``maven/opensearch.pom.xml``. It refuses to run
-  as root, so when setup runs as root its files belong to :data:`OPENSEARCH_USER` and the server is
-  started through ``runuser`` (:func:`opensearch_command`).
+  date, ... processors) assembled from its jars, from ``maven/opensearch.pom.xml``, and the
+  ``lang-painless`` and ``lang-mustache`` modules (``if`` conditions, ``script`` processors and
+  ``{{field}}`` templates, which Elasticsearch has built in) from ``maven/opensearch-module.pom.xml``.
+  It refuses to run as root, so when setup runs as root its files belong to :data:`OPENSEARCH_USER`
+  and the server is started through ``runuser`` (:func:`opensearch_command`).
 
 Each install is assembled in a temporary folder beside its final place and renamed into place only
 when complete, with a stamp of the pinned versions (and the pom's hash) that the checks compare.
@@ -24,6 +26,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 from fleetsight.settings import Settings
 from fleetsight.setup import InstallError, InstallStep, remove_leftovers, run_logged
@@ -38,12 +41,38 @@ DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 MAVEN_DIR = Path(__file__).resolve().parent / "maven"
 KAFKA_POM = MAVEN_DIR / "kafka.pom.xml"
 OPENSEARCH_POM = MAVEN_DIR / "opensearch.pom.xml"
+MODULE_POM = MAVEN_DIR / "opensearch-module.pom.xml"
 STAMP_NAME = "fleetsight.stamp"
 
 OPENSEARCH_USER = "nobody"
 """Who OpenSearch runs as when setup and the runner are root (it refuses root)."""
 OPENSEARCH_HEAP = ("512m", "1g")
 INGEST_COMMON_CLASS = "org.opensearch.ingest.common.IngestCommonPlugin"
+
+
+class ScriptModule(NamedTuple):
+    name: str  # the folder under modules/
+    artifact: str  # org.opensearch.plugin:<artifact> on Maven Central
+    classname: str
+    policy: str  # what the real module grants itself
+
+
+SCRIPT_MODULES = (
+    ScriptModule(
+        "lang-painless",
+        "lang-painless",
+        "org.opensearch.painless.PainlessPlugin",
+        # It compiles scripts into classes at run time.
+        'grant {\n  permission java.lang.RuntimePermission "createClassLoader";\n'
+        '  permission java.lang.RuntimePermission "getClassLoader";\n};\n',
+    ),
+    ScriptModule(
+        "lang-mustache",
+        "lang-mustache-client",  # the module's classes, as published for clients (the module is not)
+        "org.opensearch.script.mustache.MustachePlugin",
+        'grant {\n  permission java.lang.reflect.ReflectPermission "suppressAccessChecks";\n};\n',
+    ),
+)
 
 
 # -- shared ----------------------------------------------------------------------------------------
@@ -209,7 +238,8 @@ def install_kafka(settings: Settings, log: Path) -> None:
 
 OPENSEARCH_STAMP = (
     f"opensearch {OPENSEARCH_VERSION} ingest-common {OPENSEARCH_VERSION} heap {'-'.join(OPENSEARCH_HEAP)} "
-    f"pom {file_sha256(OPENSEARCH_POM)}"
+    f"pom {file_sha256(OPENSEARCH_POM)} modules {file_sha256(MODULE_POM)} "
+    f"{' '.join(m.name for m in SCRIPT_MODULES)}"
 )
 
 
@@ -306,6 +336,10 @@ def opensearch_present(settings: Settings) -> bool:
         and (home / "lib" / f"opensearch-{OPENSEARCH_VERSION}.jar").is_file()
         and (module / "plugin-descriptor.properties").is_file()
         and (module / f"ingest-common-{OPENSEARCH_VERSION}.jar").is_file()
+        and all(
+            (home / "modules" / m.name / f"{m.artifact}-{OPENSEARCH_VERSION}.jar").is_file()
+            for m in SCRIPT_MODULES
+        )
         and (user is None or owner_is(home / "config", user))
     )
 
@@ -329,29 +363,30 @@ def artifact_name(jar: str) -> str:
     return "-".join(parts)
 
 
-def assemble_ingest_common(home: Path, jars: list[Path]) -> None:
-    """modules/ingest-common: its jars minus those the server already has in lib/ (a class twice on
-    the classpath makes OpenSearch refuse to start), and the descriptor the module loader reads."""
-    module = home / "modules" / "ingest-common"
+def assemble_module(home: Path, name: str, classname: str, jars: list[Path], policy: str = "") -> None:
+    """modules/<name>: its jars minus those the server already has in lib/ (a class twice on the
+    classpath makes OpenSearch refuse to start), and the descriptor the module loader reads."""
+    module = home / "modules" / name
     module.mkdir(parents=True)
     in_lib = {artifact_name(jar.name) for jar in (home / "lib").glob("*.jar")}
     for jar in jars:
         if artifact_name(jar.name) not in in_lib:
             shutil.copy2(jar, module / jar.name)
-    # The real module also extends lang-painless (script processors); there is no painless here.
     (module / "plugin-descriptor.properties").write_text(
         "\n".join(
             [
-                "description=Ingest processors (grok, dissect, date, ...), assembled by fleetsight setup",
+                f"description=The {name} module, assembled by fleetsight setup",
                 f"version={OPENSEARCH_VERSION}",
-                "name=ingest-common",
-                f"classname={INGEST_COMMON_CLASS}",
+                f"name={name}",
+                f"classname={classname}",
                 "java.version=11",
                 f"opensearch.version={OPENSEARCH_VERSION}",
                 "",
             ]
         )
     )
+    if policy:
+        (module / "plugin-security.policy").write_text(policy)
 
 
 def heap_options() -> str:
@@ -384,7 +419,14 @@ def install_opensearch(settings: Settings, log: Path) -> None:
             raise InstallError(f"Maven finished but {archive.name} is missing")
         extract_zip(archive, staged / "unpacked")
         home = staged / "unpacked" / f"opensearch-{OPENSEARCH_VERSION}"
-        assemble_ingest_common(home, sorted(download.glob("*.jar")))
+        assemble_module(home, "ingest-common", INGEST_COMMON_CLASS, sorted(download.glob("*.jar")))
+        for module in SCRIPT_MODULES:
+            jars_dir = staged / module.name
+            properties = {"opensearch.version": OPENSEARCH_VERSION, "module.artifact": module.artifact}
+            maven_copy_dependencies(MODULE_POM, jars_dir, properties, log)
+            assemble_module(
+                home, module.name, module.classname, sorted(jars_dir.glob("*.jar")), module.policy
+            )
         (home / "config" / "jvm.options.d" / "fleetsight-heap.options").write_text(heap_options())
         (home / STAMP_NAME).write_text(OPENSEARCH_STAMP + "\n")
         if user:
@@ -405,7 +447,7 @@ INSTALL_STEPS = [
     ),
     InstallStep(
         name="opensearch",
-        description=f"OpenSearch {OPENSEARCH_VERSION} with the ingest-common module, from Maven Central",
+        description=f"OpenSearch {OPENSEARCH_VERSION}, ingest-common and script modules, from Maven Central",
         needed_by="opensearch, ingest pipelines, log alerting",
         check=opensearch_present,
         install=install_opensearch,

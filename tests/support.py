@@ -15,7 +15,8 @@ from typing import TypeVar
 
 import pytest
 
-from fleetsight.settings import PORT_OFFSETS, REPO_ROOT
+from fleetsight.registry import port_offsets
+from fleetsight.settings import REPO_ROOT
 
 T = TypeVar("T")
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
@@ -53,7 +54,7 @@ def free_port_base() -> int:
     """A port base whose component ports (base + each offset) are all free on loopback."""
     for _ in range(200):
         base = random.randrange(20000, 58000, 100)
-        if all(port_is_free(base + offset) for offset in PORT_OFFSETS.values()):
+        if all(port_is_free(base + offset) for offset in port_offsets().values()):
             return base
     raise RuntimeError("no free port range found")
 
@@ -65,7 +66,7 @@ class StackEnv:
     env: dict[str, str]
 
     def port(self, name: str) -> int:
-        return self.port_base + PORT_OFFSETS[name]
+        return self.port_base + port_offsets()[name]
 
     def url(self, name: str, path: str = "") -> str:
         return f"http://127.0.0.1:{self.port(name)}{path}"

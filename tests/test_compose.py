@@ -39,7 +39,6 @@ DOCKERIGNORE = REPO_ROOT / ".dockerignore"
 DEPLOYMENT_DOC = REPO_ROOT / "docs" / "deployment.md"
 LOGSTASH_CONF = REPO_ROOT / "pipelines" / "logstash" / "pipeline" / "fleetsight-logs.conf"
 OBJSTORE_FILE = REPO_ROOT / "metrics" / "thanos" / "objstore.yml"
-MINIO_POLICY_FILE = REPO_ROOT / "metrics" / "thanos" / "minio-thanos-policy.json"
 GRAFANA_PROVISIONING = REPO_ROOT / "dashboards" / "provisioning"
 
 # Operator-provided files (secrets, credentials) live here; each has a committed <name>.example.
@@ -188,11 +187,11 @@ def test_the_schema_check_catches_a_malformed_service(compose: dict[str, Any]) -
     broken = copy.deepcopy(compose)
     broken["services"]["grafana"]["restart_policy"] = "always"  # not a service key
     broken["services"]["kafka"]["healthcheck"]["retries"] = [5]  # wrong type
-    del broken["services"]["minio"]["image"]  # neither image nor build
+    del broken["services"]["seaweedfs"]["image"]  # neither image nor build
     errors = spec_errors(broken)
     assert any("restart_policy" in e for e in errors), errors
     assert any("services/kafka/healthcheck/retries" in e for e in errors), errors
-    assert any(e.startswith("services/minio") for e in errors), errors
+    assert any(e.startswith("services/seaweedfs") for e in errors), errors
 
 
 def test_interpolated_variables_have_defaults_and_are_documented() -> None:
@@ -313,12 +312,15 @@ def test_object_store_bucket_user_and_policy_agree(services: dict[str, dict[str,
     objstore_text = OBJSTORE_FILE.read_text()
     objstore = yaml.safe_load(objstore_text)
     bucket = objstore["config"]["bucket"]
-    assert objstore["type"] == "S3" and objstore["config"]["endpoint"] == "minio:9000"
-    policy = json.loads(MINIO_POLICY_FILE.read_text())
-    resources = {r for statement in policy["Statement"] for r in statement["Resource"]}
-    assert resources == {f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"}
-    init_script = services["minio-init"]["command"][0]
-    assert f"mc mb --ignore-existing fleetsight/{bucket}" in init_script
+    host, port = objstore["config"]["endpoint"].split(":")
+    assert objstore["type"] == "S3" and host == "seaweedfs"
+    store_script = services["seaweedfs"]["command"][0]
+    assert f"-s3.port={port}" in store_script
+    # The Thanos identity may read, write and list this bucket and nothing else.
+    actions = re.search(r'"actions": \[(.*?)\]', store_script).group(1)
+    assert sorted(json.loads(f"[{actions}]")) == [f"List:{bucket}", f"Read:{bucket}", f"Write:{bucket}"]
+    init_script = services["seaweedfs-init"]["command"][0]
+    assert f"s3.bucket.create -name {bucket}" in init_script
     # Thanos substitutes $(VAR) from the environment: each one must come from the env file it gets.
     settings_text = "\n".join(
         line for line in objstore_text.splitlines() if not line.lstrip().startswith("#")
@@ -327,7 +329,8 @@ def test_object_store_bucket_user_and_policy_agree(services: dict[str, dict[str,
     example = REPO_ROOT / OPERATOR_DIR / "thanos-s3.env.example"
     provided = {line.split("=", 1)[0] for line in example.read_text().splitlines() if "=" in line}
     assert needed and needed <= provided
-    assert all(f"$${name}" in init_script or f"${name}" in init_script for name in needed)
+    assert all(f"${name}" in store_script for name in needed)  # compose's "$$" is a literal "$"
+    assert services["seaweedfs"]["env_file"] == ["secrets/thanos-s3.env"]
     for name in THANOS_SERVICES:
         command = services[name]["command"]
         if flag_values(command, "objstore.config-file"):
@@ -563,7 +566,7 @@ def resolve_command(args: list[str]) -> click.Context:
     return context
 
 
-@pytest.mark.parametrize("service_name", ["fleetsight-node", "fleetsight-fabric", "twin"])
+@pytest.mark.parametrize("service_name", ["fleetsight-node", "fleetsight-fabric", "twin", "anomaly"])
 def test_fleetsight_service_commands_parse_with_the_real_cli(
     services: dict[str, dict[str, Any]], service_name: str
 ) -> None:
@@ -640,15 +643,18 @@ def logstash_setting(section: str, key: str) -> str:
     return match.group(1).strip()
 
 
-def test_logstash_pipeline_reads_the_topic_and_names_the_ingest_pipeline(
+def test_logstash_pipeline_reads_the_topics_and_names_the_ingest_pipelines(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    assert json.loads(logstash_setting("kafka", "topics")) == [logstash.KAFKA_TOPIC]
+    assert tuple(json.loads(logstash_setting("kafka", "topics"))) == logstash.KAFKA_TOPICS
     assert json.loads(logstash_setting("kafka", "group_id")) == logstash.KAFKA_CONSUMER_GROUP
     assert json.loads(logstash_setting("elasticsearch", "pipeline")) == logstash.ES_INGEST_PIPELINE
     assert json.loads(logstash_setting("elasticsearch", "index")) == logstash.ES_INDEX
-    # The topic exists: the one-shot kafka-init creates it (the broker does not auto-create topics).
-    assert f"--topic={logstash.KAFKA_TOPIC}" in services["kafka-init"]["command"]
+    assert json.loads(logstash_setting("elasticsearch", "document_id")) == logstash.ES_DOCUMENT_ID
+    # The topics exist: the one-shot logs-init runs `fleetsight logs apply` (no topic auto-creation).
+    assert services["logs-init"]["command"][:2] == ["logs", "apply"]
+    assert "--kafka=kafka:9092" in services["logs-init"]["command"]
+    assert services["logstash"]["depends_on"]["logs-init"]["condition"] == "service_completed_successfully"
     assert services["kafka"]["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     # And Logstash reaches the broker and Elasticsearch where compose puts them.
     (bootstrap,) = json.loads(logstash_setting("kafka", "bootstrap_servers")).split(",")

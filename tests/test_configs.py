@@ -35,9 +35,12 @@ def test_local_configs_are_valid_and_keep_production_routing(tmp_path: Path, mon
     check(["amtool", "check-config", str(settings.config_dir("alertmanager") / "alertmanager.yml")])
 
     config = local_config(settings)
-    assert config["global"]["external_labels"]["replica"] == "local"
+    assert config["global"]["external_labels"]["replica"] == "A"
     targets = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
-    assert targets == [f"127.0.0.1:{settings.port('alertmanager')}"]
+    assert targets == [
+        f"127.0.0.1:{settings.port('alertmanager')}",
+        f"127.0.0.1:{settings.port('alertmanager_b')}",
+    ]
     secret = settings.config_dir("alertmanager") / "slack_webhook_url"
     assert secret.read_text() == settings.url("slack_sink", "/services/local/webhook")
     assert secret.stat().st_mode & 0o077 == 0  # the webhook is a secret

@@ -40,11 +40,12 @@ def processes_mentioning(text: str) -> list[int]:
 def test_up_prints_urls_of_ready_prometheus_and_alertmanager_and_down_leaves_nothing(
     stack_env: StackEnv,
 ) -> None:
-    result = stack_env.cli("up", "prometheus")
+    result = stack_env.cli("up", "prometheus")  # 80 columns (conftest), output to a pipe, not a terminal
     prometheus_url = stack_env.url("prometheus")
     alertmanager_url = stack_env.url("alertmanager")
     assert prometheus_url in result.stdout
     assert alertmanager_url in result.stdout
+    assert "…" not in result.stdout, result.stdout
     assert httpx.get(prometheus_url + "/-/ready").status_code == 200
     assert httpx.get(alertmanager_url + "/-/ready").status_code == 200
     # Prometheus really sends to this Alertmanager.
@@ -58,6 +59,7 @@ def test_up_prints_urls_of_ready_prometheus_and_alertmanager_and_down_leaves_not
 
     status = stack_env.cli("status")
     assert "running" in status.stdout and "ready" in status.stdout
+    assert prometheus_url in status.stdout and "…" not in status.stdout, status.stdout
 
     stack_env.cli("down")
     assert not any(pid_alive(pid) for pid in pids)
@@ -145,9 +147,9 @@ BROKEN_COMPONENTS = textwrap.dedent(
 def test_failures_are_reported_per_component_and_the_rest_still_runs(
     stack_env: StackEnv, tmp_path: Path
 ) -> None:
-    (tmp_path / "broken_components.py").write_text(BROKEN_COMPONENTS)
-    stack_env.env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{stack_env.env.get('PYTHONPATH', '')}"
-    stack_env.env["FLEETSIGHT_EXTRA_COMPONENTS"] = "broken_components"
+    (tmp_path / "broken_components").mkdir()
+    (tmp_path / "broken_components" / "component.py").write_text(BROKEN_COMPONENTS)
+    stack_env.env["FLEETSIGHT_COMPONENT_PATH"] = str(tmp_path)
 
     result = stack_env.cli("up", "needs-the-broken-one", "not-installed", "slack-sink", check=False)
     assert result.returncode == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from twin.scenario import ScenarioError, load, parse_duration, parse_time
+from .scenario import ScenarioError, load, parse_duration, parse_time
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -50,8 +50,10 @@ def cli() -> None:
     \b
     Examples:
       fleetsight twin run --scenario demo --out run/twin --serve --speed realtime
-      fleetsight twin run --scenario twin/scenarios/psu_failure.yaml --out /tmp/psu --speed max
+      fleetsight twin run --scenario eval_medium --out /tmp/eval/twin --truth /tmp/eval/truth.jsonl
       fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
+      fleetsight twin calibrate
+      fleetsight twin validate twin/scenarios/*.yaml
       fleetsight twin scenarios
     """
 
@@ -86,6 +88,18 @@ def cli() -> None:
     "(default: every tick when paced, at the end at max speed).",
 )
 @click.option(
+    "--truth",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
+)
+@click.option(
+    "--history",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also cut the run's dcgm-exporter history (with hpc_job) into Prometheus TSDB blocks here.",
+)
+@click.option(
     "--exit-at-end",
     is_flag=True,
     help="With --serve: stop when the scenario ends instead of serving its last state.",
@@ -99,18 +113,23 @@ def run(
     duration: str | None,
     start: str | None,
     write_every: str | None,
+    truth: Path | None,
+    history: Path | None,
     exit_at_end: bool,
 ) -> None:
-    """Run a scenario, writing each node's sysfs/procfs trees, kernel log and job logs under OUT/nodes/,
-    plus OUT/truth.jsonl (one line per fault) and OUT/meta.json.
+    """Run a scenario, writing each node's sysfs/procfs trees, kernel log and job logs under OUT/nodes/
+    and OUT/meta.json; the ground truth (one line per fault or benign disturbance) goes to --truth,
+    outside OUT, where no component under evaluation reads it.
 
     \b
     Examples:
       fleetsight twin run --scenario demo --out run/twin --serve --speed realtime --listen 127.0.0.1:19100
-      fleetsight twin run --scenario xid --out /tmp/xid --duration 20m
+      fleetsight twin run --scenario case_05 --out /tmp/c5/twin --duration 20m
+      fleetsight twin run --scenario eval_small --out /tmp/e/twin --truth /tmp/e/truth.jsonl
+      fleetsight twin run --scenario eval_small --out /tmp/e/twin --history /tmp/e/tsdb
       fleetsight twin run --scenario mixed_day --out /tmp/day --speed 60 --serve
     """
-    from twin.runner import Runner, RunOptions, install_signal_handlers, parse_speed
+    from .runner import Runner, RunOptions, install_signal_handlers, parse_speed
 
     setup_logging()
     scenario = load_or_fail(scenario_name)
@@ -134,15 +153,22 @@ def run(
             else None,
             write_every=parse_duration(write_every, "--write-every") if write_every else None,
             linger=not exit_at_end,
+            truth=truth,
+            history=history,
         )
     except (ValueError, ScenarioError) as exc:
         raise click.ClickException(str(exc)) from exc
-    runner = Runner(scenario, options)
+    try:
+        runner = Runner(scenario, options)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     install_signal_handlers(runner)
     try:
         summary = runner.run()
     except OSError as exc:
         raise click.ClickException(f"cannot serve or write: {exc}") from exc
+    except RuntimeError as exc:  # promtool refused the history
+        raise click.ClickException(str(exc)) from exc
     click.echo(
         f"twin: {summary.nodes} nodes, {summary.ticks} ticks ({summary.sim_seconds:.0f} s simulated) in "
         f"{summary.wall_seconds:.1f} s; {summary.faults} faults; outputs in {out}"
@@ -164,30 +190,45 @@ def run(
     "--end", default=None, help="Time the history ends (ISO 8601; default: now, so the blocks are queryable)."
 )
 @click.option("--keep-openmetrics", is_flag=True, help="Keep the intermediate OpenMetrics file.")
+@click.option(
+    "--truth",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
+)
 def backfill(
-    scenario_name: str, out: Path, duration: str | None, end: str | None, keep_openmetrics: bool
+    scenario_name: str,
+    out: Path,
+    duration: str | None,
+    end: str | None,
+    keep_openmetrics: bool,
+    truth: Path | None,
 ) -> None:
     """Simulate the scenario at max speed and write its dcgm-exporter history as Prometheus TSDB blocks
     (OpenMetrics, then `promtool tsdb create-blocks-from openmetrics`). Copy the blocks into a
     Prometheus data folder (or point Thanos at them) to query hours or days of history at once.
 
     \b
-    Example:
+    The ground truth goes to --truth (default OUT.truth.jsonl beside OUT).
+
+    \b
+    Examples:
       fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
+      fleetsight twin backfill --scenario eval_medium --out /tmp/b --truth /tmp/b-truth.jsonl
     """
-    from twin.backfill import BackfillError, backfill_blocks
+    from .backfill import BackfillError, backfill_blocks
 
     setup_logging()
     scenario = load_or_fail(scenario_name)
     try:
         seconds = parse_duration(duration, "--duration") if duration else None
         end_time = parse_time(end, "--end") if end else None
-        result = backfill_blocks(scenario, out, seconds, end_time, keep_openmetrics)
+        result = backfill_blocks(scenario, out, seconds, end_time, keep_openmetrics, truth)
     except (BackfillError, ScenarioError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"backfill: {result.samples} samples of {result.series} series, {result.blocks} block(s) in {out} "
-        f"({result.start} .. {result.end}); {result.wall_seconds:.1f} s"
+        f"({result.start} .. {result.end}); {result.wall_seconds:.1f} s; truth in {result.truth}"
     )
 
 
@@ -214,11 +255,14 @@ def scenarios() -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
-    """Check scenario files; print one line per file, exit 1 if any is invalid.
+    """Check scenario files for what `run` would trip on: unknown keys, jobs that overlap or exceed
+    the cluster, onsets after the end, magnitudes outside physics, GPU/port/PSU/OST indices out of
+    range. One line per file (file, key, reason); exit 1 if any is invalid.
 
     \b
-    Example:
+    Examples:
       fleetsight twin validate twin/scenarios/*.yaml
+      fleetsight twin validate my_scenario.yaml
     """
     bad = 0
     for name in files:
@@ -230,3 +274,36 @@ def validate(files: tuple[str, ...]) -> None:
             click.echo(f"INVALID  {name}: {exc}")
     if bad:
         sys.exit(1)
+
+
+@cli.command()
+@click.option(
+    "--scenario",
+    "scenario_name",
+    default=None,
+    help="Scenario YAML or shipped name (default: a 16-node llm-70b job, 4 pipeline stages, 40 min).",
+)
+@click.option("--slowdown", default=1.10, show_default=True, help="Compute-time multiplier of the slow node.")
+@click.option("--node", default=None, help="The slow node (default: the middle node of the largest job).")
+def calibrate(scenario_name: str | None, slowdown: float, node: str | None) -> None:
+    """Measure how hard the twin is for a straggler detector: the per-sample spread of tensor activity
+    across a healthy job's GPUs, the spread of nodes' 10-minute means, and how far a node that
+    computes SLOWDOWN times slower stands out from its peers in one sample and over minutes.
+
+    \b
+    Examples:
+      fleetsight twin calibrate
+      fleetsight twin calibrate --scenario eval_medium --slowdown 1.05
+    """
+    import yaml
+
+    from .calibrate import measure, report
+
+    raw = None
+    if scenario_name is not None:
+        load_or_fail(scenario_name)  # one clear line if the file is bad
+        raw = yaml.safe_load(resolve_scenario(scenario_name).read_text())
+    try:
+        click.echo(report(measure(raw, slowdown, node)))
+    except (ScenarioError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -62,3 +62,7 @@ COMPONENTS = [
         ready_timeout_s=60.0,
     ),
 ]
+
+PORTS = {"twin": 100}
+CLI = {"twin": (".cli", "the digital twin: run a scenario, serve it, backfill history")}
+START_PRIORITY = 20

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from twin import hardware as hw
-from twin import sim as simmod
-from twin.sim import Simulation, hostlist
+from . import hardware as hw
+from . import sim as simmod
+from .sim import Simulation, hostlist
 
 # (name, type, help, attribute on Simulation, scale)
 DCGM_FIELDS: tuple[tuple[str, str, str, str, float], ...] = (

@@ -18,10 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from twin.scenario import Scenario
-from twin.server import TwinServer
-from twin.sim import Simulation
-from twin.writers import TreeWriter
+from .scenario import Scenario
+from .server import TwinServer
+from .sim import Simulation
+from .truth import check_outside as truth_mod_check
+from .writers import TreeWriter
 
 log = logging.getLogger("twin.run")
 
@@ -37,6 +38,8 @@ class RunOptions:
     start: dt.datetime | None = None
     write_every: float | None = None
     linger: bool = True  # with --serve: keep serving the last state after the scenario ends
+    truth: Path | None = None  # default: <out>.truth.jsonl beside OUT
+    history: Path | None = None  # also cut the run's dcgm-exporter history into TSDB blocks here
 
 
 @dataclass
@@ -78,7 +81,7 @@ class Runner:
                 else scenario.start
             )
         self.sim = Simulation(scenario, start)
-        self.writer = TreeWriter(options.out, self.sim)
+        self.writer = TreeWriter(options.out, self.sim, options.truth)
         self.lock = threading.RLock()
         self.server: TwinServer | None = None
         self.stop_event = threading.Event()
@@ -97,9 +100,17 @@ class Runner:
         write_ticks = max(1, round(write_every / scenario.tick))
         flush_ticks = 1 if paced else max(1, round(60.0 / scenario.tick))
         started = time.monotonic()
+        recorder = None
+        if options.history is not None:
+            from .backfill import HistoryRecorder
+
+            truth_mod_check(options.history, options.out)
+            recorder = HistoryRecorder(sim, ticks)
         with self.lock:
             self.writer.create()
             sim.advance()
+            if recorder is not None:
+                recorder.record(sim)
             self.writer.write_state()
             self.writer.flush_logs()
         if options.serve:
@@ -109,18 +120,20 @@ class Runner:
         if on_ready is not None:
             on_ready(self)
         log.info(
-            "event=run_start scenario=%s nodes=%d ticks=%d speed=%s out=%s",
-            scenario.name,
+            "event=run_start nodes=%d ticks=%d speed=%s out=%s truth=%s",
             len(sim.nodes),
             ticks,
             options.speed or "max",
             options.out,
+            self.writer.truth_path,
         )
         wall0 = time.monotonic()
         done = 1
         while done < ticks and not self.stop_event.is_set():
             with self.lock:
                 sim.advance()
+                if recorder is not None:
+                    recorder.record(sim)
                 done += 1
                 last = done == ticks
                 if done % write_ticks == 0 or last:
@@ -134,6 +147,17 @@ class Runner:
         with self.lock:
             self.writer.write_state()
             self.writer.flush_logs()
+        if recorder is not None:
+            from .backfill import cut_blocks
+
+            series, samples, blocks = cut_blocks(sim, recorder.recorded(), options.history)
+            log.info(
+                "event=history_written blocks=%d series=%d samples=%d dir=%s",
+                blocks,
+                series,
+                samples,
+                options.history,
+            )
         wall = time.monotonic() - started
         summary = RunSummary(
             ticks=done,

@@ -1,9 +1,10 @@
 """One loopback HTTP server for every endpoint the twin plays: dcgm-exporter per node, a Redfish BMC
 per node, UFM REST, slurmrestd jobs and Prometheus service discovery. Its root page lists them all.
 
-Handlers read the simulation under the runner's lock; a dcgm page is rendered at most once per tick
-and node. A bad path answers 404 with a reason; a handler error answers 500 and is logged, never
-taking the server down.
+FastAPI routes, typed by path; uvicorn serves them from a thread beside the simulation. Handlers
+read the simulation under the runner's lock; a dcgm page is rendered at most once per tick and node.
+A bad path answers 404 with a reason; a handler error answers 500 and is logged, never taking the
+server down. URLs and JSON bodies are those of the real services (and of the twin before FastAPI).
 """
 
 from __future__ import annotations
@@ -12,16 +13,33 @@ import html
 import json
 import logging
 import random
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from twin import render
-from twin.sim import Simulation
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, Response
+
+from . import render
+from .sim import Simulation
 
 log = logging.getLogger("twin.server")
 PROM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class JSON(Response):
+    """JSON as json.dumps writes it (the bytes the twin always served)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content).encode()
+
+
+def text(status: int, body: str, media_type: str = "text/plain; charset=utf-8") -> Response:
+    return Response(body.encode(), status_code=status, media_type=media_type)
 
 
 class TwinServer:
@@ -31,22 +49,34 @@ class TwinServer:
         self.dcgm_cache: dict[str, tuple[int, str]] = {}
         self.random = random.Random(sim.scenario.seed + 1)
         self.requests = 0
-        handler = type("BoundHandler", (Handler,), {"twin": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
-        self.host, self.port = self.httpd.server_address[:2]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="twin-http", daemon=True)
+        self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind((host, port))
+        self.socket.listen(2048)  # connections queue from now on, before uvicorn accepts them
+        self.host, self.port = self.socket.getsockname()[:2]
+        config = uvicorn.Config(app(self), log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="twin-http", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> None:
+    def start(self, timeout: float = 30.0) -> None:
+        """Serve from a thread; return once uvicorn accepts connections."""
         self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise OSError(f"the twin's HTTP server did not start on {self.base_url}")
+            time.sleep(0.01)
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.socket.close()
 
     # ----------------------------------------------------------------------------------- views
     def dcgm(self, node: str) -> tuple[int, str]:
@@ -62,15 +92,14 @@ class TwinServer:
             cached = self.dcgm_cache.get(node)
             if cached is not None and cached[0] == sim.tick_index:
                 return 200, cached[1]
-            text = render.dcgm_metrics(sim, index)
-            self.dcgm_cache[node] = (sim.tick_index, text)
-            return 200, text
+            body = render.dcgm_metrics(sim, index)
+            self.dcgm_cache[node] = (sim.tick_index, body)
+            return 200, body
 
     def endpoints(self) -> dict[str, Any]:
         base = self.base_url
         nodes = self.sim.nodes
         return {
-            "scenario": self.sim.scenario.name,
             "cluster": self.sim.scenario.cluster.name,
             "sim_time": render.iso_now(self.sim),
             "dcgm": {n: f"{base}/dcgm/{n}/metrics" for n in nodes},
@@ -87,106 +116,88 @@ class TwinServer:
         }
 
 
-class Handler(BaseHTTPRequestHandler):
-    twin: TwinServer
-    server_version = "fleetsight-twin/1"
+def app(twin: TwinServer) -> FastAPI:
+    """The twin's routes. Trailing slashes are accepted as before (no redirects)."""
+    api = FastAPI(
+        title="FleetSight twin", redirect_slashes=False, docs_url=None, redoc_url=None, openapi_url=None
+    )
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: Prometheus scrapes every 5 s
-        return
-
-    def do_GET(self) -> None:
-        self.twin.requests += 1
-        url = urlsplit(self.path)
+    @api.middleware("http")
+    async def count_and_contain(request: Request, call_next: Any) -> Response:
+        twin.requests += 1
         try:
-            self.route(url.path.rstrip("/") or "/", parse_qs(url.query))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+            return await call_next(request)
         except Exception as exc:  # a handler bug must not take the server down
-            log.exception("event=handler_error path=%s error=%s", url.path, exc)
-            self.send_text(500, f"internal error: {exc}\n")
+            log.exception("event=handler_error path=%s error=%s", request.url.path, exc)
+            return text(500, f"internal error: {exc}\n")
 
-    def route(self, path: str, query: dict[str, list[str]]) -> None:
-        twin = self.twin
-        parts = path.strip("/").split("/")
-        if path == "/":
-            if "json" in query.get("format", []) or "application/json" in self.headers.get("Accept", ""):
-                self.send_json(200, twin.endpoints())
-            else:
-                self.send_html(index_page(twin.endpoints()))
-        elif len(parts) == 3 and parts[0] == "dcgm" and parts[2] == "metrics":
-            status, text = twin.dcgm(parts[1])
-            self.send_text(status, text, PROM_TEXT if status == 200 else "text/plain; charset=utf-8")
-        elif len(parts) >= 2 and parts[0] == "bmc":
-            self.bmc(parts[1], "/" + "/".join(parts[2:]))
-        elif parts[0] == "ufm":
-            self.ufm("/" + "/".join(parts[1:]), query)
-        elif path == "/slurm/v0.0.40/jobs":
-            with twin.lock:
-                self.send_json(200, render.slurm_jobs(twin.sim))
-        elif path == "/targets/dcgm.json":
-            host = f"{twin.host}:{twin.port}"
-            with twin.lock:
-                self.send_json(200, render.dcgm_targets(twin.sim, host))
-        else:
-            self.send_text(404, f"no such endpoint {path!r}; see / for the list\n")
+    @api.get("/")
+    def index(request: Request, format: str = "") -> Response:
+        if format == "json" or "application/json" in request.headers.get("accept", ""):
+            return JSON(twin.endpoints())
+        return HTMLResponse(index_page(twin.endpoints()))
 
-    def bmc(self, node: str, path: str) -> None:
-        sim = self.twin.sim
+    @api.get("/dcgm/{node}/metrics")
+    @api.get("/dcgm/{node}/metrics/", include_in_schema=False)
+    def dcgm(node: str) -> Response:
+        status, body = twin.dcgm(node)
+        return text(status, body, PROM_TEXT if status == 200 else "text/plain; charset=utf-8")
+
+    @api.get("/bmc/{node}")
+    @api.get("/bmc/{node}/{path:path}")
+    def bmc(node: str, path: str = "") -> Response:
+        sim = twin.sim
         index = sim.node_index.get(node)
         if index is None:
-            self.send_json(404, redfish_error(f"unknown node {node!r}"))
-            return
-        with self.twin.lock:
-            body = render.redfish(sim, index, path)
-        if body is None:
-            self.send_json(404, redfish_error(f"resource {path} not found"))
-        else:
-            self.send_json(200, body, headers={"OData-Version": "4.0"})
-
-    def ufm(self, path: str, query: dict[str, list[str]]) -> None:
-        twin = self.twin
+            return JSON(redfish_error(f"unknown node {node!r}"), status_code=404)
+        resource = "/" + path.strip("/")
         with twin.lock:
-            if path == "/":
-                self.send_json(200, twin.endpoints()["ufm"])
-            elif path == "/ufmRest/resources/ports":
+            body = render.redfish(sim, index, resource)
+        if body is None:
+            return JSON(redfish_error(f"resource {resource} not found"), status_code=404)
+        return JSON(body, headers={"OData-Version": "4.0"})
+
+    @api.get("/ufm")
+    @api.get("/ufm/{path:path}")
+    def ufm(request: Request, path: str = "") -> Response:
+        query = request.query_params
+        resource = "/" + path.strip("/")
+        with twin.lock:
+            if resource == "/":
+                return JSON(twin.endpoints()["ufm"])
+            if resource == "/ufmRest/resources/ports":
                 ports = render.ufm_ports(twin.sim)
-                wanted = query.get("system")
-                if wanted:
-                    ports = [p for p in ports if p["system_name"] in wanted]
-                self.send_json(200, ports)
-            elif path == "/ufmRest/resources/systems":
-                self.send_json(200, render.ufm_systems(twin.sim))
-            elif path == "/ufmRest/app/events":
+                wanted = query.getlist("system")
+                return JSON([p for p in ports if p["system_name"] in wanted] if wanted else ports)
+            if resource == "/ufmRest/resources/systems":
+                return JSON(render.ufm_systems(twin.sim))
+            if resource == "/ufmRest/app/events":
                 events = list(twin.sim.ufm_events)
                 for key in ("severity", "object_name", "category", "type"):
                     if key in query:
-                        events = [e for e in events if str(e.get(key)) in query[key]]
-                self.send_json(200, events)
-            elif path == "/csv/metrics":
-                self.send_text(200, render.ufm_telemetry_csv(twin.sim), "text/csv; charset=utf-8")
-            else:
-                self.send_json(404, {"error": f"no UFM resource {path}"})
+                        events = [e for e in events if str(e.get(key)) in query.getlist(key)]
+                return JSON(events)
+            if resource == "/csv/metrics":
+                return text(200, render.ufm_telemetry_csv(twin.sim), "text/csv; charset=utf-8")
+        return JSON({"error": f"no UFM resource {resource}"}, status_code=404)
 
-    # ----------------------------------------------------------------------------------- replies
-    def send_body(
-        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
+    @api.get("/slurm/v0.0.40/jobs")
+    @api.get("/slurm/v0.0.40/jobs/", include_in_schema=False)
+    def slurm_jobs() -> Response:
+        with twin.lock:
+            return JSON(render.slurm_jobs(twin.sim))
 
-    def send_text(self, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
-        self.send_body(status, text.encode(), content_type)
+    @api.get("/targets/dcgm.json")
+    def targets() -> Response:
+        with twin.lock:
+            return JSON(render.dcgm_targets(twin.sim, f"{twin.host}:{twin.port}"))
 
-    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        self.send_body(status, json.dumps(body).encode(), "application/json", headers)
+    @api.api_route("/{path:path}", methods=["GET"], include_in_schema=False)
+    def unknown(path: str) -> Response:
+        shown = "/" + path.rstrip("/")
+        return text(404, f"no such endpoint {shown!r}; see / for the list\n")
 
-    def send_html(self, text: str) -> None:
-        self.send_body(200, text.encode(), "text/html; charset=utf-8")
+    return api
 
 
 def redfish_error(message: str) -> dict[str, Any]:
@@ -204,7 +215,7 @@ def index_page(endpoints: dict[str, Any]) -> str:
         return f'<a href="{html.escape(url)}">{html.escape(url)}</a>'
 
     rows = [
-        f"<h1>FleetSight digital twin: {html.escape(endpoints['scenario'])}</h1>",
+        f"<h1>FleetSight digital twin: {html.escape(endpoints['cluster'])}</h1>",
         f"<p>cluster {html.escape(endpoints['cluster'])}, simulated time "
         f"{html.escape(endpoints['sim_time'])}. "
         "Machine-readable list: <a href='/?format=json'>/?format=json</a></p>",

@@ -1,6 +1,7 @@
 """Writes the simulation's state as the files a real host has: a sysfs tree, a procfs tree with the
 Lustre client statistics, the kernel log, the job's per-rank logs, the PCIe bandwidth probe's JSON,
-plus the run's truth.jsonl and meta.json.
+plus the run's meta.json (what a real cluster's inventory and scheduler show) and, outside the
+output folder, the ground truth (twin/truth.py).
 
 On a disk file system every file written costs: a new inode or a rename is ~100 us of kernel time on
 ext4 and every changed file dirties a page that must go to disk. So a file is written only when its
@@ -26,9 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from twin import hardware as hw
-from twin import sim as simmod
-from twin.sim import Simulation
+from . import hardware as hw
+from . import layout
+from . import sim as simmod
+from . import truth as truthmod
+from .sim import Simulation
 
 IB_STATE = {True: "4: ACTIVE", False: "1: DOWN"}
 IB_PHYS = {True: "5: LinkUp", False: "3: Disabled"}
@@ -101,14 +104,18 @@ def read_existing(path: str) -> str | None:
 class TreeWriter:
     """Per-node file trees under OUT/nodes/<node>/ and the run's files under OUT/."""
 
-    def __init__(self, out: Path, sim: Simulation) -> None:
+    def __init__(self, out: Path, sim: Simulation, truth: Path | None = None) -> None:
         self.out = out
         self.sim = sim
+        self.truth_path = truth if truth is not None else truthmod.default_truth_path(out)
+        truthmod.check_outside(self.truth_path, out)
         self.cache = FileCache()
-        self.node_roots = [str(out / "nodes" / name) for name in sim.nodes]
+        self.node_roots = [str(layout.node_root(out, name)) for name in sim.nodes]
         fsname = sim.scenario.cluster.lustre_fsname
         self.llite_dirs = [f"{fsname}-{inst}" for inst in sim.lustre_instance]
-        self.truth_written = 0
+        self.truth_text = ""
+        self.meta_text = ""
+        self.meta_jobs: list[tuple[str, int]] | None = None
         self.port_dirs = [
             [f"{root}/sys/class/infiniband/{name}/ports/1" for name in hw.IB_DEVICES]
             for root in self.node_roots
@@ -121,8 +128,9 @@ class TreeWriter:
     def create(self) -> None:
         """The directory skeleton and the files that never change."""
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "truth.jsonl").write_text("")
-        (self.out / "meta.json").write_text(json.dumps(self.meta(), indent=2) + "\n")
+        truthmod.write_lines(self.truth_path, [])
+        truthmod.write_scenario(truthmod.scenario_path(self.truth_path), scenario_info(self.sim))
+        self.write_meta()
         for index, root in enumerate(self.node_roots):
             self._create_node(index, Path(root))
 
@@ -131,7 +139,7 @@ class TreeWriter:
         node = sim.nodes[index]
         for path in ("var/log", "fleetsight", "sys/bus/pci/devices", "sys/class/infiniband", "sys/fs/lustre"):
             (root / path).mkdir(parents=True, exist_ok=True)
-        (root / "var/log/kern.log").touch()
+        layout.kernel_log(self.out, node).touch()
         for device in sim.pci:
             base = root / "sys/bus/pci/devices" / device.bdf
             base.mkdir(exist_ok=True)
@@ -232,8 +240,6 @@ class TreeWriter:
                 }
             )
         return {
-            "scenario": scenario.name,
-            "seed": scenario.seed,
             "cluster": scenario.cluster.name,
             "start": sim.iso(0.0),
             "start_unix": sim.start_unix,
@@ -242,7 +248,15 @@ class TreeWriter:
             "sku": scenario.cluster.sku,
             "lustre": {"fsname": scenario.cluster.lustre_fsname, "osts": scenario.cluster.lustre_osts},
             "jobs": [
-                {"id": j.id, "name": j.name, "profile": j.profile, "user": j.user} for j in scenario.jobs
+                {
+                    "id": job.spec.id,
+                    "name": job.spec.name,
+                    "user": job.spec.user,
+                    "state": job.state,
+                    "nodes": [sim.nodes[i] for i in job.nodes] if job.state == "RUNNING" else [],
+                    "allocations": job.allocations,
+                }
+                for job in sim.jobs
             ],
             "nodes": nodes,
         }
@@ -323,7 +337,7 @@ class TreeWriter:
         # The probe runs between jobs in real life; the twin re-measures at most once a minute.
         measured = sim.unix() - (sim.t % 60.0)
         self.cache.put(
-            f"{root}/fleetsight/pcie_bandwidth.json",
+            str(layout.pcie_bandwidth_file(self.out, self.sim.nodes[index])),
             json.dumps({"measured_at": round(measured, 3), "gpus": gpus}) + "\n",
             atomic=True,
         )
@@ -372,7 +386,7 @@ class TreeWriter:
             )
         sim.kernel_lines.clear()
         for node, lines in by_node.items():
-            with open(f"{self.node_roots[node]}/var/log/kern.log", "a") as handle:
+            with open(layout.kernel_log(self.out, sim.nodes[node]), "a") as handle:
                 handle.writelines(lines)
         by_rank: dict[tuple[int, str, int], list[str]] = defaultdict(list)
         for line in sim.app_lines:
@@ -381,7 +395,7 @@ class TreeWriter:
         sim.app_lines.clear()
         made: set[str] = set()
         for (node, job, rank), lines in by_rank.items():
-            directory = f"{self.node_roots[node]}/var/log/jobs/{job}"
+            directory = str(layout.job_log_dir(self.out, sim.nodes[node], job))
             if directory not in made:
                 os.makedirs(directory, exist_ok=True)
                 made.add(directory)
@@ -390,11 +404,47 @@ class TreeWriter:
         self.flush_truth()
 
     def flush_truth(self) -> None:
-        lines = self.sim.truth_lines[self.truth_written :]
-        if lines:
-            with open(self.out / "truth.jsonl", "a") as handle:
-                handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
-            self.truth_written += len(lines)
+        """Rewrite the truth file (outside OUT) when a line or a measured slowdown changed, and
+        meta.json when a job's node list did."""
+        sim = self.sim
+        sim.refresh_truth()
+        text = json.dumps(sim.truth_lines, sort_keys=True)
+        if text != self.truth_text:
+            truthmod.write_lines(self.truth_path, sim.truth_lines)
+            self.truth_text = text
+        self.write_meta()
+
+    def write_meta(self) -> None:
+        """meta.json, rewritten (by rename) only when a job's state or node list changed."""
+        jobs = [(job.state, len(job.allocations)) for job in self.sim.jobs]
+        if jobs == self.meta_jobs:
+            return
+        self.meta_jobs = jobs
+        text = json.dumps(self.meta(), indent=2) + "\n"
+        if text != self.meta_text:
+            path = layout.meta_file(self.out)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+            self.meta_text = text
+
+
+def scenario_info(sim: Simulation) -> dict[str, Any]:
+    """The scenario's identity, for the scorer only (beside the truth file, never in OUT)."""
+    scenario = sim.scenario
+    return {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "source": str(scenario.source) if scenario.source else None,
+        "seed": scenario.seed,
+        "start": sim.iso(0.0),
+        "duration_seconds": scenario.duration,
+        "realism": scenario.realism.__dict__,
+        "jobs": [
+            {"id": j.id, "profile": j.profile, "nodes": j.size, "pipeline_stages": j.pipeline_stages}
+            for j in scenario.jobs
+        ],
+    }
 
 
 def stats_header(now: float, start: float) -> str:

@@ -10,6 +10,8 @@ import base64
 import functools
 import json
 import os
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -265,6 +267,18 @@ def value(text: str, name: str, **labels: str) -> float | None:
 
 def names(text: str) -> set[str]:
     return {name for name, _ in samples(text)}
+
+
+def promtool_check_metrics(text: str) -> None:
+    """Fails unless ``promtool check metrics`` (the Debian prometheus package) finds nothing to say
+    about an exposition: no lint problem, no parse error."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed (apt-get install prometheus; see shared/STACK.md)"
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    problems = (result.stdout + result.stderr).strip()
+    assert result.returncode == 0 and not problems, f"promtool check metrics:\n{problems}"
 
 
 # -- a small real HTTP server speaking JSON --------------------------------------------------------

@@ -57,6 +57,9 @@ def test_redfish_power_and_power_supplies(redfish, tmp_path, monkeypatch):
     assert value(text, "fleetsight_bmc_psu_present", psu="Bay3") == 0
     assert value(text, "fleetsight_bmc_psu_healthy", psu="Bay3") == 0
     assert value(text, "fleetsight_bmc_psu_healthy", psu="0") is None  # no double counting
+    # The redundancy group (PowerSubsystem's, preferred over Power.Redundancy): degraded, one bay failed.
+    assert value(text, "fleetsight_bmc_psu_redundancy_ok", chassis="1U", sensor="NPlusM") == 0
+    assert value(text, "fleetsight_bmc_psu_redundancy_ok", sensor="PowerSupply Redundancy Group 1") is None
     assert value(text, "fleetsight_collector_success", collector="bmc") == 1
     assert (
         "/redfish/v1/Chassis/1U/PowerSubsystem/PowerSupplies/Bay3/Metrics" not in redfish.behaviour.requests
@@ -73,6 +76,9 @@ def test_legacy_power_resource_only_and_a_credentials_file(tmp_path):
     assert value(text, "fleetsight_bmc_power_consumed_watts", chassis="System.Embedded.1") == 612
     assert value(text, "fleetsight_bmc_psu_healthy", psu="PSU.Slot.1") == 1
     assert value(text, "fleetsight_bmc_psu_output_power_watts", psu="PSU.Slot.2") == 295
+    redundancy = {"chassis": "System.Embedded.1", "sensor": "System Board PS Redundancy"}
+    assert value(text, "fleetsight_bmc_psu_redundancy_ok", **redundancy) == 1
+    assert value(text, "fleetsight_bmc_psu_redundancy_info", state="Fully Redundant", **redundancy) == 1
     agent.close()
     server.close()
 

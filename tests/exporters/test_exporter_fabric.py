@@ -49,7 +49,7 @@ def test_ports_with_both_ends_of_each_link(ufm):
         "switch_port": "1",
     }
     assert value(text, "fleetsight_fabric_port_up", **host) == 1
-    assert value(text, "fleetsight_fabric_port_rate_bits_per_second", **host) == 400e9
+    assert value(text, "fleetsight_fabric_port_rate_bytes_per_second", **host) == 400e9 / 8
     # PortXmitData counts 4-byte words.
     assert value(text, "fleetsight_fabric_port_transmit_bytes_total", **host) == 4 * 250000000000
     leaf = {
@@ -69,7 +69,7 @@ def test_ports_with_both_ends_of_each_link(ufm):
         "peer_switch_port": "7",
     }
     assert value(text, "fleetsight_fabric_port_width", **uplink) == 2
-    assert value(text, "fleetsight_fabric_port_rate_bits_per_second", **uplink) == 200e9
+    assert value(text, "fleetsight_fabric_port_rate_bytes_per_second", **uplink) == 200e9 / 8
     assert value(text, "fleetsight_fabric_port_symbol_errors_total", **uplink) == 519
     assert value(text, "fleetsight_fabric_port_healthy", **uplink) == 0  # severity Minor
     down = {"side": "host", "node": "n0002", "hca_port": "mlx5_0/1"}
@@ -103,6 +103,7 @@ def test_ufm_down_slow_or_garbage_is_reported_and_recovered(ufm):
     text = exporter.snapshot.text.decode()
     assert value(text, "fleetsight_collector_success", collector="fabric_ports") == 0
     assert value(text, "fleetsight_collector_errors_total", collector="fabric_ports", source="ufm") == 1
+    assert value(text, "fleetsight_collector_errors_total", collector="fabric_telemetry", source="ufm") == 1
     ufm.behaviour.garbage, ufm.behaviour.delay_s = False, 1.0
     exporter.refresh()
     text = exporter.snapshot.text.decode()

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from exporter_helpers import FIXTURES, NodeSpec, build_node, link_attrs, pci_device, samples, value
+from exporter_helpers import FIXTURES, NodeSpec, build_node, link_attrs, names, pci_device, samples, value
 
 from exporters.node import NodeAgent, NodeOptions
 
@@ -87,21 +87,23 @@ def test_infiniband_ports_and_counters(node):
     mlx0 = {"device": "mlx5_0", "port": "1"}
     base = 1_000_000  # the fixture writes counter_base * (index + 1) + position in the counter list
     assert value(text, "fleetsight_infiniband_port_up", **mlx0) == 1
-    assert value(text, "fleetsight_infiniband_port_rate_bits_per_second", **mlx0) == 400e9
+    assert value(text, "fleetsight_infiniband_port_rate_bytes_per_second", **mlx0) == 400e9 / 8
     assert value(text, "fleetsight_infiniband_port_width", **mlx0) == 4
     # port_xmit_data counts 4-byte words: exported as bytes.
     xmit_words = base + 14  # port_xmit_data is the 15th counter
-    assert value(text, "fleetsight_infiniband_port_transmit_bytes_total", **mlx0) == 4 * xmit_words
-    assert value(text, "fleetsight_infiniband_port_receive_bytes_total", **mlx0) == 4 * (base + 8)
-    assert value(text, "fleetsight_infiniband_port_symbol_errors_total", **mlx0) == base + 18
+    assert value(text, "fleetsight_infiniband_port_xmit_data_bytes_total", **mlx0) == 4 * xmit_words
+    assert value(text, "fleetsight_infiniband_port_rcv_data_bytes_total", **mlx0) == 4 * (base + 8)
+    assert value(text, "fleetsight_infiniband_port_symbol_error_total", **mlx0) == base + 18
     assert value(text, "fleetsight_infiniband_port_link_downed_total", **mlx0) == base + 2
     assert value(text, "fleetsight_infiniband_port_link_error_recovery_total", **mlx0) == base + 3
-    assert value(text, "fleetsight_infiniband_port_receive_errors_total", **mlx0) == base + 9
-    assert value(text, "fleetsight_infiniband_port_transmit_discards_total", **mlx0) == base + 15
-    assert value(text, "fleetsight_infiniband_port_transmit_wait_total", **mlx0) == base + 17
-    assert value(text, "fleetsight_infiniband_port_counter_total", counter="VL15_dropped", **mlx0) == base
-    assert value(text, "fleetsight_infiniband_port_hw_counter_total", counter="out_of_sequence", **mlx0) == 7
-    assert value(text, "fleetsight_infiniband_port_hw_counter_total", counter="lifespan", **mlx0) is None
+    assert value(text, "fleetsight_infiniband_port_rcv_errors_total", **mlx0) == base + 9
+    assert value(text, "fleetsight_infiniband_port_xmit_discards_total", **mlx0) == base + 15
+    assert value(text, "fleetsight_infiniband_port_xmit_wait_total", **mlx0) == base + 17
+    # Every counter has its own metric (node_exporter's way), hw_counters too; lifespan is a setting.
+    assert value(text, "fleetsight_infiniband_port_vl15_dropped_total", **mlx0) == base
+    assert value(text, "fleetsight_infiniband_port_unicast_xmit_packets_total", **mlx0) == base + 20
+    assert value(text, "fleetsight_infiniband_port_hw_out_of_sequence_total", **mlx0) == 7
+    assert "fleetsight_infiniband_port_hw_lifespan_total" not in names(text)
     info = [dict(ls) for (n, ls) in samples(text) if n == "fleetsight_infiniband_port_info"]
     mlx0_info = next(i for i in info if i["device"] == "mlx5_0")
     assert mlx0_info["pci_bdf"] == "0000:19:00.0" and mlx0_info["state"] == "ACTIVE"
@@ -109,7 +111,7 @@ def test_infiniband_ports_and_counters(node):
     # The down port, and the device without a PMA ("N/A (no PMA)": skipped, not an error).
     assert value(text, "fleetsight_infiniband_port_up", device="mlx5_3", port="1") == 0
     assert value(text, "fleetsight_infiniband_port_physical_state", device="mlx5_3", port="1") == 2
-    assert value(text, "fleetsight_infiniband_port_transmit_bytes_total", device="mlx5_9", port="1") is None
+    assert value(text, "fleetsight_infiniband_port_xmit_data_bytes_total", device="mlx5_9", port="1") is None
     assert value(text, "fleetsight_infiniband_port_up", device="mlx5_9", port="1") == 1
     assert value(text, "fleetsight_collector_success", collector="infiniband") == 1
 
@@ -119,8 +121,8 @@ def test_garbage_in_sysfs_is_skipped_and_a_missing_tree_is_reported_then_recover
     (counters / "symbol_error").write_bytes(b"\xff\xfe garbage\n")
     (counters / "link_downed").write_text("")
     text = scrape(agent_for(node, collectors=("infiniband",)))
-    assert value(text, "fleetsight_infiniband_port_symbol_errors_total", device="mlx5_1", port="1") is None
-    assert value(text, "fleetsight_infiniband_port_transmit_bytes_total", device="mlx5_1", port="1") > 0
+    assert value(text, "fleetsight_infiniband_port_symbol_error_total", device="mlx5_1", port="1") is None
+    assert value(text, "fleetsight_infiniband_port_xmit_data_bytes_total", device="mlx5_1", port="1") > 0
 
     empty = tmp_path / "empty"
     agent = NodeAgent(

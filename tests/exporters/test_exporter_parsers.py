@@ -228,9 +228,10 @@ def test_lustre_parsers_never_raise(text):
 
 
 def test_ipmitool_outputs():
-    psus, sdr_watts = bmc.parse_sdr_elist((FIXTURES / "ipmitool" / "sdr_elist.txt").read_text())
-    by_id = {p.psu: p for p in psus}
-    assert sdr_watts == 1512
+    sdr = bmc.parse_sdr_elist((FIXTURES / "ipmitool" / "sdr_elist.txt").read_text())
+    by_id = {p.psu: p for p in sdr.psus}
+    assert sdr.chassis_watts == 1512
+    assert [(r.sensor, r.ok) for r in sdr.redundancy] == [("Redundancy", False)]
     assert by_id["1"].healthy and by_id["1"].input_watts == 1520 and by_id["1"].output_watts == 1470
     assert by_id["2"].present and not by_id["2"].healthy
     assert not by_id["3"].present and not by_id["3"].healthy

@@ -7,8 +7,10 @@ the CLI tests run the agent as a process and stop it with SIGTERM, as systemd do
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,6 +180,84 @@ def test_file_rotated_while_the_agent_was_down_reads_the_old_files_tail_then_the
     assert xid(text, 48, "2a") == 1 and xid(text, 94, "3a") == 1
     again = scrape_once(host)
     assert xid(again, 79, "18") == 3 and xid(again, 48, "2a") == 1 and xid(again, 94, "3a") == 1
+
+
+def rotate(log: Path, compress_from: int | None = None) -> None:
+    """What logrotate does to ``log`` (``rotate 4``, optionally ``compress`` + ``delaycompress``): every
+    copy moves up one number, the log becomes ``.1``; copies from ``compress_from`` on are gzipped."""
+    for n in range(4, 0, -1):
+        for suffix in ("", ".gz"):
+            old = Path(f"{log}.{n}{suffix}")
+            if old.exists():
+                old.rename(f"{log}.{n + 1}{suffix}")
+    log.rename(f"{log}.1")
+    if compress_from is not None:
+        for n in range(compress_from, 6):
+            plain = Path(f"{log}.{n}")
+            if plain.exists():
+                with open(plain, "rb") as src, gzip.open(f"{plain}.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                plain.unlink()
+
+
+@pytest.mark.parametrize("compress_from", [None, 2], ids=["plain", "delaycompress"])
+def test_file_rotated_twice_while_the_agent_was_down(host, compress_from):
+    log = host["log"]
+    append(log, syslog_xid(79, "18"))
+    assert xid(scrape_once(host), 79, "18") == 1
+    # Down: the saved file gets a line, is rotated, the next log gets lines and is rotated too (the
+    # saved file is now .2, or .2.gz), and the current log gets lines of its own.
+    append(log, syslog_xid(79, "18", 1))
+    rotate(log, compress_from)
+    append(log, syslog_xid(48, "2a", 2), syslog_xid(48, "2a", 3))
+    rotate(log, compress_from)
+    append(log, syslog_xid(94, "3a", 4))
+    assert Path(f"{log}.2.gz" if compress_from else f"{log}.2").exists()
+    text = scrape_once(host)
+    assert xid(text, 79, "18") == 2  # the saved one and the line after the save, in .2
+    assert xid(text, 48, "2a") == 2  # all of .1
+    assert xid(text, 94, "3a") == 1  # the current log
+    again = scrape_once(host)  # nothing counted twice after another restart
+    assert (xid(again, 79, "18"), xid(again, 48, "2a"), xid(again, 94, "3a")) == (2, 2, 1)
+    append(log, syslog_xid(94, "3a", 5))
+    assert xid(scrape_once(host), 94, "3a") == 2
+
+
+@pytest.mark.parametrize("compress_from", [None, 2], ids=["plain", "delaycompress"])
+def test_a_restart_while_finishing_a_rotated_file_goes_on_from_there(host, compress_from):
+    log = host["log"]
+    append(log, syslog_xid(79, "18"))
+    assert xid(scrape_once(host), 79, "18") == 1
+    # More than one scrape reads (8 MiB) lands in the saved file before it is rotated twice: the first
+    # agent stops inside it, and the next one must find it again and go on from there.
+    noise = "2026-11-21T11:00:30+00:00 n0001 kernel: mlx5_core 0000:19:00.0: health poll ok, no issue\n"
+    with open(log, "a") as f:
+        f.write(noise * (9 * (1 << 20) // len(noise)))
+    append(log, syslog_xid(79, "18", 1))
+    rotate(log, compress_from)
+    append(log, syslog_xid(48, "2a", 2))
+    rotate(log, compress_from)
+    append(log, syslog_xid(94, "3a", 3))
+    first = scrape_once(host)
+    assert (xid(first, 79, "18"), xid(first, 48, "2a")) == (1, None)  # still inside the old file
+    text = scrape_once(host)
+    assert (xid(text, 79, "18"), xid(text, 48, "2a"), xid(text, 94, "3a")) == (2, 1, 1)
+
+
+def test_file_copytruncated_while_the_agent_was_down_reads_the_copys_tail_then_the_log(host):
+    log = host["log"]
+    append(log, syslog_xid(79, "18"))
+    assert xid(scrape_once(host), 79, "18") == 1
+    # logrotate's copytruncate: the log (same inode) is copied to .1, then emptied and written again.
+    append(log, syslog_xid(79, "18", 1))
+    shutil.copyfile(log, f"{log}.1")
+    with open(log, "r+") as f:
+        f.truncate(0)
+    append(log, syslog_xid(48, "2a", 2))
+    text = scrape_once(host)
+    assert (xid(text, 79, "18"), xid(text, 48, "2a")) == (2, 1)
+    again = scrape_once(host)
+    assert (xid(again, 79, "18"), xid(again, 48, "2a")) == (2, 1)
 
 
 def test_file_rotated_and_recreated_while_running_and_across_a_restart(host):

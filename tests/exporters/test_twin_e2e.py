@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from exporter_helpers import FIXTURES, samples, value
+from exporter_helpers import FIXTURES, promtool_check_metrics, samples, value
 
+from exporters.component import node_entries, write_nodes_file
 from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +38,8 @@ def twin(tmp_path_factory):
                 str(SCENARIO),
                 "--out",
                 str(out),
+                "--truth",
+                str(out.parent / "truth.jsonl"),  # the ground truth lies outside what exporters read
                 "--serve",
                 "--listen",
                 f"127.0.0.1:{port}",
@@ -52,8 +55,9 @@ def twin(tmp_path_factory):
             what="the twin to finish its scenario",
         )
         assert process.poll() is None, f"the twin exited early:\n{log.read_text()[-3000:]}"
-        truth = [json.loads(line) for line in (out / "truth.jsonl").read_text().splitlines()]
-        yield {"out": out, "url": f"http://127.0.0.1:{port}", "truth": {f["kind"]: f for f in truth}}
+        truth = [json.loads(line) for line in (out.parent / "truth.jsonl").read_text().splitlines()]
+        faults = [line for line in truth if not line.get("benign")]  # benign disturbances are not faults
+        yield {"out": out, "url": f"http://127.0.0.1:{port}", "truth": {f["kind"]: f for f in faults}}
     finally:
         process.terminate()
         process.wait(timeout=20)
@@ -61,10 +65,13 @@ def twin(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nodes(twin) -> str:
-    """All twin nodes in one scrape: the node agent's multi-node mode with --once."""
+    """All twin nodes in one scrape: the nodes file the stack runner writes from the twin's layout,
+    served by one agent with --once."""
     state = str(twin["out"].parent / "state")  # not this machine's /var/lib
+    nodes_file = twin["out"].parent / "nodes.json"
+    write_nodes_file(nodes_file, node_entries(twin["out"], twin["url"], twin["out"].parent / "gpus"))
     result = subprocess.run(
-        [*CLI, "exporter", "node", "--twin-dir", str(twin["out"]), "--twin-url", twin["url"], "--once"],
+        [*CLI, "exporter", "node", "--nodes-file", str(nodes_file), "--once"],
         cwd=REPO,
         env={**os.environ, "STATE_DIRECTORY": state},
         capture_output=True,
@@ -125,6 +132,27 @@ def test_every_collector_succeeds_on_every_node(nodes):
     assert [k for k, v in success.items() if v != 1] == []
 
 
+def test_the_twins_files_lie_where_its_layout_says(twin):
+    from twin import layout
+
+    names = layout.node_names(twin["out"])
+    assert len(names) == 12
+    for node in names:
+        for path in (
+            layout.sysfs_root(twin["out"], node) / "class" / "infiniband",
+            layout.procfs_root(twin["out"], node),
+            layout.kernel_log(twin["out"], node),
+            layout.pcie_bandwidth_file(twin["out"], node),
+        ):
+            assert path.exists(), path
+    assert len(layout.node_gpus(twin["out"])[names[0]]) == 8
+
+
+def test_promtool_finds_nothing_to_say_about_either_exporter(nodes, fabric):
+    promtool_check_metrics(nodes)
+    promtool_check_metrics(fabric)
+
+
 def test_psu_failure(nodes, twin):
     psu = f"PSU{twin['truth']['psu_failure']['target']['psu']}"
     assert value(nodes, "fleetsight_bmc_psu_healthy", node="n0001", psu=psu) == 0
@@ -135,6 +163,14 @@ def test_psu_failure(nodes, twin):
     ]
     assert healthy and all(v == 1 for v in healthy)
     assert value(nodes, "fleetsight_bmc_power_consumed_watts", node="n0001") > 0
+    # The redundancy group is its own metric: lost on the node with the failed supply only.
+    redundant = {
+        dict(ls)["node"]: v
+        for (n, ls), v in samples(nodes).items()
+        if n == "fleetsight_bmc_psu_redundancy_ok"
+    }
+    assert redundant["n0001"] == 0
+    assert len(redundant) >= 10 and all(v == 1 for node, v in redundant.items() if node != "n0001")
 
 
 def test_pcie_downgrade(nodes):

@@ -12,10 +12,11 @@ import httpx
 import jsonschema
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from twin_helpers import FLEETSIGHT, wait_until
+from twin_helpers import FLEETSIGHT, scenario_arg, wait_until
 
 from fleetsight.settings import REPO_ROOT
 from support import free_port
+from twin.truth import load_truth
 
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
 ODATA = {"type": "object", "required": ["@odata.id", "@odata.type"]}
@@ -180,7 +181,7 @@ def test_paced_run_advances_and_prometheus_scrapes_it(tmp_path: Path) -> None:
             "twin",
             "run",
             "--scenario",
-            "psu_failure",
+            scenario_arg("psu_failure"),
             "--out",
             str(tmp_path / "out"),
             "--speed",
@@ -251,8 +252,7 @@ def test_paced_run_advances_and_prometheus_scrapes_it(tmp_path: Path) -> None:
         result = wait_until(series, timeout=90, interval=0.5, what="Prometheus to scrape every node")
         assert {r["metric"]["node"] for r in result} == {f"n{i:04d}" for i in range(1, 6)}
         assert all(
-            r["metric"]["cluster"] == "twin-psu" and r["metric"]["instance"].endswith(f":{port}")
-            for r in result
+            r["metric"]["cluster"] == "fmt" and r["metric"]["instance"].endswith(f":{port}") for r in result
         )
     finally:
         for process in (prometheus, twin):
@@ -269,7 +269,7 @@ def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:
             "twin",
             "backfill",
             "--scenario",
-            "psu_failure",
+            scenario_arg("psu_failure"),
             "--out",
             str(blocks),
             "--duration",
@@ -297,13 +297,19 @@ def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:
     # The power brake (8m..16m after the start) shows as bit 128 in the history, and only then.
     braked = [v for v in values if int(v) // 128 % 2 == 1]
     assert 80 <= len(braked) <= 100
+    # dcgm-exporter's hpc_job label while the job runs on the GPU (n0005 is idle: no label).
+    assert 'hpc_job="2001"' in dump.stdout
+    assert not [line for line in dump.stdout.splitlines() if 'node="n0005"' in line and "hpc_job" in line]
+    truth = load_truth(tmp_path / "tsdb.truth.jsonl")  # beside the blocks, never in them
+    assert [line["kind"] for line in truth] == ["psu_failure"] and truth[0]["job"] == "2001"
+    assert not list(blocks.rglob("*truth*"))
 
 
 def test_paced_run_rewrites_only_changed_files(tmp_path: Path) -> None:
     """On a disk every rewritten file costs I/O: a paced run must leave unchanged files alone (same
     inode, same mtime) and grow counters in place, or 256 nodes cannot keep real time."""
     out, log = tmp_path / "out", tmp_path / "twin.log"
-    command = [*FLEETSIGHT, "twin", "run", "--scenario", "gray_slow_node", "--out", str(out)]
+    command = [*FLEETSIGHT, "twin", "run", "--scenario", scenario_arg("gray_slow_node"), "--out", str(out)]
     twin = subprocess.Popen(
         [*command, "--speed", "10", "--duration", "2m"],
         stdout=log.open("w"),

@@ -17,9 +17,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetsight.settings import REPO_ROOT
 from support import wait_until
+from twin.truth import default_truth_path, load_truth
 
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
 SCENARIOS = REPO_ROOT / "twin" / "scenarios"
+# One fault each, realism off: signatures are checked sample by sample (names may say the fault here:
+# these are format tests, not evaluations).
+FORMAT_SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+
+
+def scenario_arg(name: str) -> str:
+    """A format-test scenario's path, else the name as given (a shipped scenario or a path)."""
+    path = FORMAT_SCENARIOS / f"{name}.yaml"
+    return str(path) if path.exists() else name
 
 
 @dataclass
@@ -32,8 +42,16 @@ class TwinRun:
     def node(self, name: str) -> Path:
         return self.out / "nodes" / name
 
+    @property
+    def truth_path(self) -> Path:
+        return default_truth_path(self.out)
+
     def truth(self) -> list[dict]:
-        return [json.loads(line) for line in (self.out / "truth.jsonl").read_text().splitlines() if line]
+        return load_truth(self.truth_path)
+
+    def faults(self) -> list[dict]:
+        """The truth's faults, without the benign disturbances."""
+        return [line for line in self.truth() if not line["benign"]]
 
     def meta(self) -> dict:
         return json.loads((self.out / "meta.json").read_text())
@@ -66,7 +84,7 @@ class TwinRun:
 def start_twin(scenario: str, out: Path, *args: str, serve: bool = True) -> TwinRun:
     """Start the twin; with serve, wait until it has run the scenario and serves its last state."""
     log = out.parent / f"{out.name}.log"
-    command = [*FLEETSIGHT, "twin", "run", "--scenario", scenario, "--out", str(out), *args]
+    command = [*FLEETSIGHT, "twin", "run", "--scenario", scenario_arg(scenario), "--out", str(out), *args]
     if serve:
         command += ["--serve", "--listen", "127.0.0.1:0"]
     handle = open(log, "w")  # noqa: SIM115 - the process owns it until it ends

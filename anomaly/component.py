@@ -1,0 +1,57 @@
+"""The anomaly service in the local stack: reads the stack's Prometheus and the twin's slurmrestd jobs,
+serves /metrics (scraped as job "anomaly", which the StragglerNode alert reads) and /v1/stragglers."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fleetsight.components import Component, http_ok
+from fleetsight.settings import Settings
+
+
+def command(settings: Settings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "fleetsight.cli",
+        "anomaly",
+        "serve",
+        "--prometheus-url",
+        settings.url("prometheus"),
+        "--slurm-url",
+        settings.url("twin", "/slurm/v0.0.40/jobs"),
+        "--listen",
+        f"{settings.host}:{settings.port('anomaly')}",
+    ]
+
+
+def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_name": "anomaly",
+            "scrape_interval": "15s",
+            "scrape_timeout": "10s",
+            "static_configs": [{"targets": [f"{settings.host}:{settings.port('anomaly')}"]}],
+        }
+    ]
+
+
+COMPONENTS = [
+    Component(
+        name="anomaly",
+        description="Anomaly service: straggler nodes of running jobs with cause and evidence",
+        command=command,
+        ready=lambda s: http_ok(s.url("anomaly", "/healthz")),
+        urls=lambda s: {
+            "stragglers": s.url("anomaly", "/v1/stragglers"),
+            "api docs": s.url("anomaly", "/docs"),
+            "metrics": s.url("anomaly", "/metrics"),
+        },
+        scrape_configs=scrape_configs,
+        ready_timeout_s=60.0,
+    ),
+]
+
+PORTS = {"anomaly": 140}
+CLI = {"anomaly": (".cli", "straggler detection: serve it, evaluate it on the twin")}

@@ -1,0 +1,606 @@
+"""The straggler detector: physics of a synchronous job, robust statistics, a robust-covariance model
+and persistence.
+
+Physics. In a synchronous data-parallel job every step waits for the slowest rank. The slow node is
+therefore the *busy* one: its tensor pipes stay active for its whole (longer) compute time, while its
+peers finish early and wait in NCCL, their tensor activity and power falling. So the straggler is the
+GPU whose tensor activity is *above* its peers' by about the job's slowdown, and the signal is a ratio:
+a 10 % slower node shows ~10 % more tensor activity than the peers' median.
+
+Robust statistics. Per job and window, every GPU's window-median tensor activity is compared (in logs)
+with the median of the *other* nodes of its job. Healthy peers differ systematically (pipeline
+stages, silicon, cooling), so each GPU keeps an exponentially weighted history of that deviation (its
+own offset and spread), capped at ``max_offset`` so that a fault present from the start is not learnt
+as normal. The residual is divided by a robust scale: the job's cross-sectional MAD (four or more
+nodes), the GPU's own history, and a floor (``min_scale``), whichever is largest.
+
+Model. A Minimum Covariance Determinant fit (scikit-learn) over all GPUs of the cycle, on the features
+(tensor residual z, power ratio, SM-clock ratio, all relative to peers), gives each GPU a robust
+Mahalanobis distance: a candidate must be an outlier in that joint space too, not only in one column.
+
+Two paths. The fast path takes a GPU whose z passes the threshold in one window (and the model
+agrees, and its activity kept its own usual level: waiting peers fall below theirs). The slow path
+averages the residual over the last ``slow_windows`` windows, for ~10 % stragglers that hide in one
+window's noise, with a physical floor (``slow_min_effect``) that benign jitter stays under.
+
+Persistence. Windows where the whole job moves together (checkpoints, data-loader stalls, start-up,
+end) do not count: the job's busiest node is itself far below its usual level. A node is flagged when
+it is a candidate in ``k`` of the last ``n`` counted windows (or in two in a row with a strong score,
+or at once with a strong score and a hardware signal), and cleared after ``clear_after`` quiet ones.
+While a job has a candidate, its GPUs' histories are frozen so that an episode is never learnt.
+
+Jobs of one node have no peers: the node is compared with the fleet baseline for the same GPU model
+(busy GPUs' SM clock and power) and flagged only on a hardware signal. The service never imports the
+twin; the evaluation feeds the same :class:`~anomaly.window.Window` from it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import chi2
+from sklearn.covariance import MinCovDet
+
+from .window import Window
+
+CAUSES = ("power_brake", "thermal", "pcie", "network", "unknown")
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    z_threshold: float = 4.0  # a candidate GPU's robust z of tensor activity above its peers
+    z_strong: float = 5.0  # strong enough for two windows in a row (or one with a hardware signal);
+    # above what benign OS jitter (a node up to 8 % slower for a minute or three) reaches at the floor
+    slow_windows: int = 8  # the slow path: mean residual over this many counted windows ...
+    slow_min_effect: float = 0.08  # ... at least this (log, ~8 % slower than its peers) and z >= z_threshold
+    own_drop: float = 0.05  # a straggler keeps (log) its own usual activity; waiting peers fall below it
+    min_scale: float = 0.02  # floor of the scale: 2 % relative, below a window median's noise
+    max_offset: float = 0.08  # the largest systematic offset a healthy GPU may learn (layout: 2-6 %)
+    history_alpha: float = 0.03  # weight of a new window in a GPU's history (~30 windows of memory;
+    # the first windows average with equal weights so that layout offsets are learnt at once)
+    min_history: int = 6  # windows before a GPU's own spread counts in its scale
+    k: int = 6  # a mild candidate (z_threshold..z_strong) must hold in k ...
+    n: int = 7  # ... of the last n counted windows (longer than benign jitter lasts)
+    slow_k: int = 2  # slow-path candidates in a row (on top of its 8-window average)
+    clear_after: int = 3  # counted windows without a candidate before a flag clears
+    min_activity: float = 0.05  # the busiest node's tensor activity below this: nobody computes
+    quiet_ratio: float = 0.5  # busiest node below this share of its usual level: the job moves together
+    md_quantile: float = 0.999  # robust Mahalanobis distance quantile a candidate must pass
+    mcd_rows: int = 1000  # calm rows kept for the covariance model (a reservoir over recent cycles)
+    mcd_min_rows: int = 200  # no model (the z-score decides) before this many calm rows
+    mcd_refit_every: int = 20  # cycles between refits of the model
+    hardware_share: float = 0.5  # share of a window's samples with a throttle bit that counts as a signal
+    seed: int = 0
+
+
+@dataclass
+class Straggler:
+    """A flagged node of a job, with the cause and the evidence at the time of the flag."""
+
+    job: str
+    node: str
+    cause: str
+    gpu: int
+    score: float
+    since: float
+    evidence: dict[str, Any]
+    updated: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hpc_job": self.job,
+            "node": self.node,
+            "cause": self.cause,
+            "gpu": self.gpu,
+            "score": round(self.score, 3),
+            "since": self.since,
+            "updated": self.updated,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass
+class Event:
+    """A flag or a clear, for the structured log and the evaluation."""
+
+    kind: str  # "flag", "clear", or "cause" (a flag's cause became known)
+    time: float
+    straggler: Straggler
+
+
+@dataclass
+class CycleResult:
+    scores: list[tuple[str, str, int, float]]  # (job, node, gpu, score)
+    events: list[Event]
+    counted_jobs: int
+    quiet_jobs: int
+
+
+@dataclass
+class _NodeState:
+    recent: deque[bool]
+    strong_run: int = 0
+    slow_run: int = 0
+    quiet_run: int = 0
+    flag: Straggler | None = None
+
+
+@dataclass
+class _JobState:
+    nodes: tuple[str, ...]
+    mu: np.ndarray
+    var: np.ndarray
+    count: np.ndarray
+    own: np.ndarray  # per GPU: usual log tensor activity in calm windows (NaN: not learnt yet)
+    recent_resid: deque[np.ndarray]  # the last counted windows' residuals (the slow path)
+    slow_mean: np.ndarray | None = None  # their mean, per GPU
+    level: float = math.nan  # the busiest node's usual tensor activity
+    spread: float = math.nan  # the job's usual cross-sectional spread of residuals (calm windows)
+    node_state: dict[str, _NodeState] = field(default_factory=dict)
+
+
+@dataclass
+class _Candidate:
+    job: str
+    z: np.ndarray  # per GPU
+    features: np.ndarray  # per GPU rows for the covariance model
+    window_nodes: list[int]
+    spread: float  # this window's cross-sectional spread of residuals (NaN under four nodes)
+    kept_pace: np.ndarray  # per GPU: activity not below its own usual level (NaN history: True)
+    resid: np.ndarray  # per GPU: deviation from peers minus the GPU's own usual offset
+    scale: np.ndarray  # per GPU: the scale z divides by
+
+
+def leave_one_out_median(values: np.ndarray) -> np.ndarray:
+    """For each element, the median of all the others (NaN-aware)."""
+    m = len(values)
+    if m > 16:  # one node barely moves the median of many; the plain median is cheaper
+        return np.full(m, np.nanmedian(values))
+    out = np.empty(m)
+    for i in range(m):
+        others = np.delete(values, i)
+        out[i] = np.nanmedian(others) if np.isfinite(others).any() else np.nan
+    return out
+
+
+def _safe_log(values: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.where(values > 0, values, np.nan))
+
+
+def _nanmedian(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if finite.size else math.nan
+
+
+class Detector:
+    """Stateful: feed it one :class:`Window` per cycle with :meth:`step`."""
+
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.config = config or DetectorConfig()
+        self.jobs: dict[str, _JobState] = {}
+        self.rng = np.random.default_rng(self.config.seed)
+        self.md_threshold = float(chi2.ppf(self.config.md_quantile, df=3))
+        self.calm_rows = np.zeros((0, 3))
+        self.model: tuple[np.ndarray, np.ndarray] | None = None
+        self.cycles = 0
+
+    # ------------------------------------------------------------------------------- public
+    def flagged(self) -> list[Straggler]:
+        return [
+            state.flag
+            for job in self.jobs.values()
+            for state in job.node_state.values()
+            if state.flag is not None
+        ]
+
+    def step(self, window: Window) -> CycleResult:
+        events: list[Event] = []
+        scores: list[tuple[str, str, int, float]] = []
+        candidates: list[_Candidate] = []
+        counted = quiet = 0
+        fleet = self._fleet_baseline(window)
+        for job_id, node_idx in window.jobs.items():
+            if not node_idx:
+                continue
+            state = self._job_state(job_id, [window.nodes[i] for i in node_idx], window.gpus)
+            if len(node_idx) == 1:
+                self._peerless(job_id, state, window, node_idx[0], fleet, scores, events)
+                continue
+            scored = self._score_job(job_id, state, window, node_idx)
+            if scored is None:
+                quiet += 1
+                continue
+            counted += 1
+            candidates.append(scored)
+        confirmed = self._confirm_with_model(candidates)
+        for candidate, outlier in zip(candidates, confirmed, strict=True):
+            self._persist(candidate, outlier, window, scores, events)
+        # Jobs that ended or vanished: clear their flags.
+        for job_id in list(self.jobs):
+            if job_id not in window.jobs:
+                for node_state in self.jobs[job_id].node_state.values():
+                    if node_state.flag is not None:
+                        events.append(Event("clear", window.end, node_state.flag))
+                del self.jobs[job_id]
+        return CycleResult(scores=scores, events=events, counted_jobs=counted, quiet_jobs=quiet)
+
+    # ------------------------------------------------------------------------------- per job
+    def _job_state(self, job_id: str, names: list[str], gpus: int) -> _JobState:
+        state = self.jobs.get(job_id)
+        if state is None or state.nodes != tuple(names) or state.mu.shape[1] != gpus:
+            shape = (len(names), gpus)
+            state = _JobState(
+                nodes=tuple(names),
+                mu=np.zeros(shape),
+                var=np.zeros(shape),
+                count=np.zeros(shape, dtype=np.int64),
+                own=np.full(shape, np.nan),
+                recent_resid=deque(maxlen=self.config.slow_windows),
+                node_state={n: _NodeState(recent=deque(maxlen=self.config.n)) for n in names},
+            )
+            self.jobs[job_id] = state
+        return state
+
+    def _score_job(
+        self, job_id: str, state: _JobState, window: Window, node_idx: list[int]
+    ) -> _Candidate | None:
+        """Robust z of every GPU's tensor activity against its peers and its own history; None when
+        the whole job moves together (the window does not count)."""
+        cfg = self.config
+        tensor = window.tensor[node_idx]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            node_level = np.nanmedian(tensor, axis=1)
+        top = float(np.nanmax(node_level)) if np.isfinite(node_level).any() else math.nan
+        if not math.isfinite(top) or top < cfg.min_activity:
+            return None
+        if math.isfinite(state.level) and top < cfg.quiet_ratio * state.level:
+            return None
+        state.level = top if not math.isfinite(state.level) else state.level + 0.1 * (top - state.level)
+        ref = leave_one_out_median(node_level)
+        dev = _safe_log(tensor) - _safe_log(ref)[:, None]
+        resid = dev - state.mu
+        # The scale comes from calm windows: while a node straggles its peers wait, and waiting makes
+        # their activity noisy, which would inflate this window's own spread and hide the straggler.
+        scale = np.full(resid.shape, cfg.min_scale)
+        spread = math.nan
+        if len(node_idx) >= 4:
+            centre = _nanmedian(resid)
+            spread = 1.4826 * _nanmedian(np.abs(resid - centre))
+            usual = state.spread if math.isfinite(state.spread) else spread
+            if math.isfinite(usual):
+                scale = np.maximum(scale, usual)
+        if len(node_idx) < 4:  # no cross-section to speak of: the GPU's own spread
+            own = np.where(state.count >= cfg.min_history, np.sqrt(state.var), 0.0)
+            scale = np.maximum(scale, own)
+        z = resid / scale
+        power = _safe_log(window.power[node_idx])
+        clock = _safe_log(window.sm_clock[node_idx])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            power_ref = leave_one_out_median(np.nanmedian(power, axis=1))
+            clock_ref = leave_one_out_median(np.nanmedian(clock, axis=1))
+        features = np.stack([z, power - power_ref[:, None], clock - clock_ref[:, None]], axis=-1).reshape(
+            -1, 3
+        )
+        log_tensor = _safe_log(tensor)
+        fallen = log_tensor - state.own < -cfg.own_drop
+        kept_pace = ~np.where(np.isfinite(state.own), fallen, False)
+        return _Candidate(
+            job=job_id,
+            z=z,
+            features=features,
+            window_nodes=node_idx,
+            spread=spread,
+            kept_pace=kept_pace,
+            resid=resid,
+            scale=scale,
+        )
+
+    def _keep_calm_rows(self, rows: np.ndarray) -> None:
+        rows = rows[np.isfinite(rows).all(axis=1)]
+        if len(rows):
+            self.calm_rows = np.concatenate([self.calm_rows, rows])[-self.config.mcd_rows :]
+
+    def _confirm_with_model(self, candidates: list[_Candidate]) -> list[np.ndarray]:
+        """Per candidate job, per GPU: is the GPU an outlier of the robust covariance model?
+
+        The model (Minimum Covariance Determinant) is fitted on rows of calm windows only (a reservoir
+        over recent cycles and all jobs), so that it describes how healthy GPUs deviate from their
+        peers jointly in tensor activity, power and clock; an episode's own noise never widens it.
+        Until it has enough rows the z-score decides alone."""
+        cfg = self.config
+        self.cycles += 1
+        due = self.model is None or self.cycles % cfg.mcd_refit_every == 0
+        if due and len(self.calm_rows) >= cfg.mcd_min_rows:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = MinCovDet(random_state=cfg.seed, support_fraction=0.75).fit(self.calm_rows)
+            # Ridge: a feature that is constant (clocks pinned at max) must not make every tiny
+            # difference an outlier.
+            covariance = model.covariance_ + np.diag([1e-2, 1e-4, 1e-4])
+            self.model = (model.location_, np.linalg.inv(covariance))
+        out = []
+        for candidate in candidates:
+            if self.model is None:
+                out.append(np.ones(candidate.z.shape, dtype=bool))
+                continue
+            location, inverse = self.model
+            centred = candidate.features - location
+            distances = np.einsum("ij,jk,ik->i", centred, inverse, centred)
+            # A row with a missing feature cannot be placed: the z-score decides for it.
+            distances = np.where(np.isfinite(distances), distances, np.inf)
+            out.append((distances >= self.md_threshold).reshape(candidate.z.shape))
+        return out
+
+    def _persist(
+        self,
+        candidate: _Candidate,
+        outlier: np.ndarray,
+        window: Window,
+        scores: list[tuple[str, str, int, float]],
+        events: list[Event],
+    ) -> None:
+        cfg = self.config
+        state = self.jobs[candidate.job]
+        z = candidate.z
+        z_clean = np.where(np.isfinite(z), z, 0.0)
+        hit = (z_clean >= cfg.z_threshold) & outlier & candidate.kept_pace
+        slow = self._slow_path(state, candidate)
+        any_active = False
+        for pos, node_index in enumerate(candidate.window_nodes):
+            name = window.nodes[node_index]
+            node_state = state.node_state[name]
+            gpu = int(np.argmax(z_clean[pos]))
+            node_z = float(z_clean[pos, gpu])
+            for g in range(window.gpus):
+                if math.isfinite(z[pos, g]):
+                    scores.append((candidate.job, name, g, max(0.0, float(z[pos, g]))))
+            threshold = cfg.z_threshold / 2 if node_state.flag is not None else cfg.z_threshold
+            slow_hit = bool(slow[pos].any())
+            node_state.slow_run = node_state.slow_run + 1 if slow_hit else 0
+            is_candidate = (
+                bool(hit[pos].any()) or slow_hit or (node_state.flag is not None and node_z >= threshold)
+            )
+            strong = is_candidate and node_z >= cfg.z_strong
+            node_state.recent.append(is_candidate)
+            node_state.strong_run = node_state.strong_run + 1 if strong else 0
+            node_state.quiet_run = 0 if is_candidate else node_state.quiet_run + 1
+            any_active |= is_candidate or node_state.flag is not None
+            if node_state.flag is None:
+                if is_candidate:  # evidence only for candidates: comparing with peers costs O(job)
+                    self._maybe_flag(candidate, window, node_state, pos, gpu, node_z, strong, events)
+            elif node_state.quiet_run >= cfg.clear_after:
+                events.append(Event("clear", window.end, node_state.flag))
+                node_state.flag = None
+                node_state.recent.clear()
+            else:
+                flag = node_state.flag
+                flag.score = node_z
+                flag.updated = window.end
+                if flag.cause == "unknown":
+                    # A hardware signal can lag the slowdown (a GPU heats up before it throttles).
+                    cause, evidence = self._cause(window, candidate.window_nodes, pos, gpu, node_z)
+                    if cause != "unknown":
+                        flag.cause, flag.evidence = cause, evidence
+                        events.append(Event("cause", window.end, flag))
+        # Learn only from calm windows: no candidate, no flag, no GPU past the threshold (even one
+        # the model did not confirm), so that an episode never becomes a GPU's normal.
+        if not any_active and not (z_clean >= cfg.z_threshold).any():
+            self._learn(state, candidate, window)
+
+    def _maybe_flag(
+        self,
+        candidate: _Candidate,
+        window: Window,
+        node_state: _NodeState,
+        pos: int,
+        gpu: int,
+        node_z: float,
+        strong: bool,
+        events: list[Event],
+    ) -> None:
+        cfg = self.config
+        cause, evidence = self._cause(window, candidate.window_nodes, pos, gpu, node_z)
+        hardware = cause in ("power_brake", "thermal", "pcie")
+        due = (
+            sum(node_state.recent) >= cfg.k
+            or node_state.strong_run >= 2
+            or (strong and hardware)
+            or node_state.slow_run >= cfg.slow_k
+        )
+        if due:
+            name = window.nodes[candidate.window_nodes[pos]]
+            node_state.flag = Straggler(
+                candidate.job, name, cause, gpu, node_z, window.end, evidence, window.end
+            )
+            events.append(Event("flag", window.end, node_state.flag))
+
+    def _slow_path(self, state: _JobState, candidate: _Candidate) -> np.ndarray:
+        """Small slowdowns (~10 %) hide in one window's noise: the mean residual over the last
+        ``slow_windows`` counted windows must be a physical effect (``slow_min_effect``) and
+        significant (the scale shrinks with the square root of the windows averaged). Benign
+        disturbances (a minute of OS jitter, a rank logging slowly by a few per cent) stay below."""
+        cfg = self.config
+        if np.nan_to_num(candidate.z).max() >= cfg.z_strong:
+            # A loud straggler: its peers wait, and waiting activity is too noisy to average. The slow
+            # path starts afresh once the job is quiet again (the fast path handles loud ones).
+            state.recent_resid.clear()
+            state.slow_mean = None
+            return np.zeros(candidate.z.shape, dtype=bool)
+        state.recent_resid.append(candidate.resid)
+        if len(state.recent_resid) < cfg.slow_windows:
+            return np.zeros(candidate.z.shape, dtype=bool)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(np.stack(state.recent_resid), axis=0)
+        state.slow_mean = mean
+        scale = candidate.scale / math.sqrt(cfg.slow_windows)  # independent windows
+        if len(candidate.window_nodes) >= 4:
+            # Peers whose load drifts for minutes (mixture-of-experts routing) are not independent
+            # from window to window: the spread of the averages themselves says how far they wander.
+            spread = 1.4826 * _nanmedian(np.abs(mean - _nanmedian(mean)))
+            if math.isfinite(spread):
+                scale = np.maximum(scale, spread)
+        z_mean = mean / scale
+        slow = (mean >= cfg.slow_min_effect) & (z_mean >= cfg.z_threshold) & candidate.kept_pace
+        return np.where(np.isfinite(mean), slow, False)
+
+    def _learn(self, state: _JobState, candidate: _Candidate, window: Window) -> None:
+        """Update every GPU's history of its deviation (only in windows without any candidate)."""
+        cfg = self.config
+        node_idx = candidate.window_nodes
+        tensor = window.tensor[node_idx]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = leave_one_out_median(np.nanmedian(tensor, axis=1))
+        dev = _safe_log(tensor) - _safe_log(ref)[:, None]
+        ok = np.isfinite(dev)
+        if state.slow_mean is not None:
+            # A GPU drifting away for minutes may be a mild fault setting in: do not learn it.
+            ok &= ~(np.nan_to_num(state.slow_mean) >= cfg.slow_min_effect / 2)
+        alpha = np.maximum(cfg.history_alpha, 1.0 / (state.count + 1))
+        delta = np.where(ok, dev - state.mu, 0.0)
+        state.mu = np.clip(state.mu + alpha * delta, -cfg.max_offset, cfg.max_offset)
+        state.var = np.where(ok, (1 - alpha) * (state.var + alpha * delta**2), state.var)
+        state.count += ok
+        log_tensor = _safe_log(tensor)
+        seen = np.isfinite(log_tensor)
+        seen &= ok
+        state.own = np.where(
+            seen & np.isfinite(state.own),
+            state.own + alpha * (log_tensor - state.own),
+            np.where(seen, log_tensor, state.own),
+        )
+        self._keep_calm_rows(candidate.features)
+        if math.isfinite(candidate.spread):
+            state.spread = (
+                candidate.spread
+                if not math.isfinite(state.spread)
+                else state.spread + cfg.history_alpha * (candidate.spread - state.spread)
+            )
+
+    # ------------------------------------------------------------------------------- evidence
+    def _cause(
+        self, window: Window, node_idx: list[int], pos: int, gpu: int, z: float
+    ) -> tuple[str, dict[str, Any]]:
+        """Which hardware signal explains the slow node, and its values against the peers' median."""
+        cfg = self.config
+        node = node_idx[pos]
+        peers = [i for i in node_idx if i != node]
+
+        def node_vs_peers(array: np.ndarray, per_gpu: bool = True) -> tuple[float, float]:
+            value = array[node, gpu] if per_gpu else _nanmedian(array[node])
+            peer = _nanmedian(array[peers]) if peers else math.nan
+            return float(value), peer
+
+        evidence: dict[str, Any] = {"gpu": gpu, "z": round(z, 2)}
+        for key, array in (
+            ("tensor_active", window.tensor),
+            ("power_w", window.power),
+            ("sm_clock_mhz", window.sm_clock),
+            ("gpu_util_pct", window.util),
+        ):
+            value, peer = node_vs_peers(array)
+            evidence[key] = _round(value)
+            evidence[f"{key}_peers_median"] = _round(peer)
+        brake = float(np.nanmax(window.brake[node]))
+        thermal = float(np.nanmax(window.thermal[node]))
+        downgraded = bool(np.nanmax(window.pcie_downgraded[node]) > 0)
+        h2d, h2d_peers = node_vs_peers(window.h2d_bandwidth)
+        ib_errors = float(window.ib_errors[node])
+        ib_errors_peers = _nanmedian(window.ib_errors[peers]) if peers else 0.0
+        wait = float(window.ib_xmit_wait[node])
+        wait_peers = _nanmedian(window.ib_xmit_wait[peers]) if peers else 0.0
+        evidence.update(
+            power_brake_share=round(brake, 2),
+            thermal_share=round(thermal, 2),
+            pcie_downgraded=downgraded,
+            h2d_bandwidth_bytes_per_second=_round(h2d),
+            h2d_bandwidth_peers_median=_round(h2d_peers),
+            ib_errors=_round(ib_errors),
+            ib_errors_peers_median=_round(ib_errors_peers),
+            ib_xmit_wait_per_second=_round(wait),
+            ib_xmit_wait_peers_median=_round(wait_peers),
+        )
+        if brake >= cfg.hardware_share:
+            return "power_brake", evidence
+        if thermal >= cfg.hardware_share:
+            return "thermal", evidence
+        slow_link = math.isfinite(h2d) and math.isfinite(h2d_peers) and h2d < 0.5 * h2d_peers
+        if downgraded or slow_link:
+            return "pcie", evidence
+        peer_errors = ib_errors_peers if math.isfinite(ib_errors_peers) else 0.0
+        peer_wait = wait_peers if math.isfinite(wait_peers) else 0.0
+        if ib_errors >= max(5.0, 10.0 * peer_errors) or wait > 3.0 * peer_wait + 1e5:
+            return "network", evidence
+        return "unknown", evidence
+
+    # ------------------------------------------------------------------------------- one node
+    def _fleet_baseline(self, window: Window) -> dict[str, tuple[float, float]]:
+        """Per GPU model: the median SM clock and power of busy GPUs of multi-node jobs."""
+        busy = np.zeros(window.tensor.shape, dtype=bool)
+        for node_idx in window.jobs.values():
+            if len(node_idx) > 1:
+                busy[node_idx] = window.tensor[node_idx] >= self.config.min_activity
+        out: dict[str, tuple[float, float]] = {}
+        models = np.array([window.gpu_model.get(i, "") for i in range(len(window.nodes))])
+        for model in set(models.tolist()):
+            mask = busy & (models == model)[:, None]
+            if mask.any():
+                out[model] = (_nanmedian(window.sm_clock[mask]), _nanmedian(window.power[mask]))
+        return out
+
+    def _peerless(
+        self,
+        job_id: str,
+        state: _JobState,
+        window: Window,
+        node: int,
+        fleet: dict[str, tuple[float, float]],
+        scores: list[tuple[str, str, int, float]],
+        events: list[Event],
+    ) -> None:
+        """A one-node job: its SM clock against the fleet's busy GPUs of the same model, and its
+        throttle bits. Without a hardware signal a lone slow node cannot be told from a slow model."""
+        cfg = self.config
+        name = window.nodes[node]
+        node_state = state.node_state[name]
+        tensor = window.tensor[node]
+        if not np.isfinite(tensor).any() or np.nanmax(tensor) < cfg.min_activity:
+            return
+        clock_ref, power_ref = fleet.get(window.gpu_model.get(node, ""), (math.nan, math.nan))
+        if math.isfinite(clock_ref):
+            deficit = _safe_log(np.full(window.gpus, clock_ref)) - _safe_log(window.sm_clock[node])
+        else:
+            deficit = np.zeros(window.gpus)
+        z = np.where(np.isfinite(deficit), deficit / cfg.min_scale, 0.0)
+        hardware = (window.brake[node] >= cfg.hardware_share) | (window.thermal[node] >= cfg.hardware_share)
+        gpu = int(np.argmax(np.where(hardware, z, -np.inf))) if hardware.any() else int(np.argmax(z))
+        for g in range(window.gpus):
+            scores.append((job_id, name, g, max(0.0, float(z[g]))))
+        is_candidate = bool((hardware & (z >= cfg.z_threshold)).any())
+        node_state.recent.append(is_candidate)
+        node_state.quiet_run = 0 if is_candidate else node_state.quiet_run + 1
+        if node_state.flag is None and is_candidate and sum(node_state.recent) >= 2:
+            cause, evidence = self._cause(window, [node], 0, gpu, float(z[gpu]))
+            evidence["fleet_sm_clock_mhz_median"] = _round(clock_ref)
+            evidence["fleet_power_w_median"] = _round(power_ref)
+            node_state.flag = Straggler(
+                job_id, name, cause, gpu, float(z[gpu]), window.end, evidence, window.end
+            )
+            events.append(Event("flag", window.end, node_state.flag))
+        elif node_state.flag is not None and node_state.quiet_run >= cfg.clear_after:
+            events.append(Event("clear", window.end, node_state.flag))
+            node_state.flag = None
+            node_state.recent.clear()
+
+
+def _round(value: float) -> float | None:
+    return round(float(value), 4) if math.isfinite(value) else None

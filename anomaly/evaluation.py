@@ -1,0 +1,454 @@
+"""Offline evaluation: the detector and two baselines over the twin's simulated data, scored against the
+twin's ground truth.
+
+The twin runs in-process at full speed (physics only, no files); every ``cycle`` seconds its last
+samples are reduced into a :class:`~anomaly.window.Window` exactly as the service's PromQL reduces them
+(medians, throttle-bit shares, counter increases), and the detector, the static power threshold and the
+plain z-score each see the same window. Only this module imports the twin; the service never does.
+
+Ground truth: a straggler episode is a fault on a node of a running job that slows that job. The
+slowdown comes from the twin's truth (``job_slowdown``) when it says so, else it is measured here from
+the physics: the job's step time while the fault is active against its step time without any fault.
+Episodes that slow the job by less than ``NEUTRAL_SLOWDOWN`` are neutral: a flag on them is neither
+right nor wrong and they do not count for recall.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetsight.registry import import_component
+
+from .baselines import StaticPowerBaseline, ZScoreBaseline
+from .detector import Detector, DetectorConfig, Event
+from .window import THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_THERMAL, Window
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCENARIO_DIRS = (Path(__file__).resolve().parent / "eval" / "scenarios", REPO_ROOT / "twin" / "scenarios")
+NEUTRAL_SLOWDOWN = 0.05
+GRACE_S = 60.0  # a flag this long after the fault's end still belongs to it (window + cycle)
+EXPECTED_CAUSE = {
+    "psu_failure": "power_brake",
+    "thermal_throttle": "thermal",
+    "pcie_downgrade": "pcie",
+    "gray_slow_node": "unknown",
+    "ib_link_flap": "network",
+}
+BANDS = (("~10%", 0.0, 0.15), ("~20%", 0.15, 0.35), ("~50%", 0.35, 1.0), ("2x+", 1.0, math.inf))
+DCGM = {
+    "tensor": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "power": "DCGM_FI_DEV_POWER_USAGE",
+    "sm_clock": "DCGM_FI_DEV_SM_CLOCK",
+    "util": "DCGM_FI_DEV_GPU_UTIL",
+    "throttle": "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+}
+IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery")
+
+
+def band_of(slowdown: float) -> str:
+    for name, low, high in BANDS:
+        if low <= slowdown < high:
+            return name
+    return BANDS[-1][0]
+
+
+def resolve_scenario(value: str) -> Path:
+    path = Path(value)
+    if path.is_file():
+        return path
+    for folder in SCENARIO_DIRS:
+        candidate = folder / f"{value}.yaml"
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no scenario file or shipped scenario named {value!r}")
+
+
+@dataclass
+class Episode:
+    scenario: str
+    fault_id: str
+    kind: str
+    job: str
+    node: str
+    onset: float
+    end: float
+    slowdown: float
+    benign: bool = False
+
+    @property
+    def counted(self) -> bool:
+        return self.slowdown >= NEUTRAL_SLOWDOWN and not self.benign
+
+    @property
+    def neutral(self) -> bool:
+        """A real fault that slowed its job too little to call the node a straggler."""
+        return not self.benign and not self.counted
+
+
+@dataclass
+class ScenarioRun:
+    name: str
+    nodes: int
+    hours: float
+    fault_free: bool
+    episodes: list[Episode]
+    events: dict[str, list[Event]]  # method -> its events
+    cycle_cpu_s: list[float] = field(default_factory=list)
+    truth_source: str = "measured step times"
+
+
+class TwinFeed:
+    """Runs one scenario in the twin and yields a window every cycle (the twin is imported here only)."""
+
+    def __init__(self, path: Path, cycle: float = 30.0) -> None:
+        render = import_component("twin", "render")
+        scenario_mod = import_component("twin", "scenario")
+        Simulation = import_component("twin", "sim").Simulation
+
+        self.render = render
+        self.scenario = scenario_mod.load(path)
+        self.sim = Simulation(self.scenario, self.scenario.start)
+        self.cycle = cycle
+        self.tick = self.scenario.tick
+        self.ticks = max(1, math.ceil(self.scenario.duration / self.tick))
+        attributes = {name: attr for name, _, _, attr, _ in render.DCGM_FIELDS}
+        self.attributes = {key: attributes[name] for key, name in DCGM.items()}
+        self.step_times: dict[str, list[tuple[float, float]]] = {}
+        self.truth_source = "measured step times"
+
+    def _sample(self) -> dict[str, np.ndarray]:
+        sim = self.sim
+        present = sim.gpu_present & sim.alive[:, None]
+        out = {}
+        for key, attribute in self.attributes.items():
+            values = np.asarray(self.render.dcgm_array(sim, attribute), dtype=float)
+            out[key] = np.where(present, values, np.nan)
+        return out
+
+    def _ib(self) -> tuple[np.ndarray, np.ndarray]:
+        counters = self.sim.ib_counters
+        errors = sum(counters[name].astype(np.float64) for name in IB_ERROR_COUNTERS)
+        return errors.sum(axis=1), counters["port_xmit_wait"].astype(np.float64).sum(axis=1)
+
+    def windows(self, progress: Callable[[int], None] | None = None) -> Iterable[Window]:
+        sim = self.sim
+        per_window = max(1, round(self.cycle / self.tick))
+        samples: list[dict[str, np.ndarray]] = []
+        errors_before, wait_before = self._ib()
+        for tick in range(self.ticks):
+            sim.advance()
+            sim.kernel_lines.clear()
+            sim.app_lines.clear()
+            samples.append(self._sample())
+            for job in sim.jobs:
+                if job.state == "RUNNING" and job.phase == "compute":
+                    self.step_times.setdefault(job.spec.id, []).append((sim.unix(), job.step_time))
+            if progress is not None:
+                progress(1)
+            if len(samples) < per_window and tick != self.ticks - 1:
+                continue
+            errors_now, wait_now = self._ib()
+            window = self._window(samples, errors_now - errors_before, wait_now - wait_before)
+            errors_before, wait_before = errors_now, wait_now
+            samples = []
+            yield window
+
+    def _window(self, samples: list[dict[str, np.ndarray]], errors: np.ndarray, wait: np.ndarray) -> Window:
+        sim = self.sim
+        gpus = samples[0]["power"].shape[1]
+        window = Window.empty(sim.unix() + self.tick, list(sim.nodes), gpus)
+        stacked = {key: np.stack([s[key] for s in samples]) for key in samples[0]}
+        with np.errstate(all="ignore"), _quiet():
+            window.tensor = np.nanmedian(stacked["tensor"], axis=0)
+            window.power = np.nanmedian(stacked["power"], axis=0)
+            window.sm_clock = np.nanmedian(stacked["sm_clock"], axis=0)
+            window.util = np.nanmedian(stacked["util"], axis=0)
+            throttle = np.nan_to_num(stacked["throttle"], nan=0.0).astype(np.int64)
+            window.brake = ((throttle & THROTTLE_HW_POWER_BRAKE) > 0).mean(axis=0)
+            window.thermal = ((throttle & (THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL)) > 0).mean(axis=0)
+        gen, width = sim.pci_gen[:, :gpus], sim.pci_width[:, :gpus]
+        window.pcie_downgraded = (
+            (gen < sim.pci_max_gen[:, :gpus]) | (width < sim.pci_max_width[:, :gpus])
+        ).astype(float)
+        window.h2d_bandwidth = np.asarray(sim.h2d_bandwidth, dtype=float).copy()
+        window.ib_errors = np.maximum(errors, 0.0)  # a reboot resets counters: no negative increase
+        window.ib_xmit_wait = np.maximum(wait, 0.0) / max(self.cycle, 1e-9)
+        window.jobs = {job.spec.id: [int(i) for i in job.nodes] for job in sim.jobs if job.state == "RUNNING"}
+        window.gpu_model = {i: "H100" for i in range(len(sim.nodes))}
+        return window
+
+    def episodes(self) -> list[Episode]:
+        """Straggler episodes from the twin's truth: events on nodes of running jobs, with the slowdown
+        of the job. The twin's ``job``/``job_slowdown`` (a step-time ratio) when its truth has them,
+        else the jobs hit and a slowdown measured here from the step times. Benign disturbances are
+        episodes of slowdown 0 marked benign: a flag on them is a false flag."""
+        refresh = getattr(self.sim, "refresh_truth", None)
+        if refresh is not None:  # the twin brings job_slowdown up to date on demand
+            refresh()
+        out = []
+        for truth in self.sim.truth_lines:
+            node = (truth.get("target") or {}).get("node")
+            if "job" in truth:
+                jobs = [truth["job"]] if truth["job"] else []
+            else:
+                jobs = list(truth.get("jobs") or [])
+            if node is None or not jobs:
+                continue
+            benign = bool(truth.get("benign"))
+            for job in jobs:
+                if benign:
+                    slowdown = 0.0
+                elif truth.get("job_slowdown") is not None and "job" in truth:
+                    slowdown = float(truth["job_slowdown"]) - 1.0
+                    self.truth_source = "twin job_slowdown"
+                else:
+                    slowdown = self._measured_slowdown(str(job), truth["onset_unix"], truth["end_unix"])
+                out.append(
+                    Episode(
+                        scenario=self.scenario.name,
+                        fault_id=str(truth.get("id")),
+                        kind=truth["kind"],
+                        job=str(job),
+                        node=node,
+                        onset=float(truth["onset_unix"]),
+                        end=float(truth["end_unix"]),
+                        slowdown=max(0.0, slowdown),
+                        benign=benign,
+                    )
+                )
+        return out
+
+    def _measured_slowdown(self, job: str, onset: float, end: float) -> float:
+        samples = self.step_times.get(job, [])
+        faults = [(t["onset_unix"], t["end_unix"]) for t in self.sim.truth_lines]
+        during = [s for t, s in samples if onset <= t < end]
+        healthy = [s for t, s in samples if not any(a <= t < b for a, b in faults)]
+        if not during or not healthy:
+            return 0.0
+        return max(0.0, statistics.median(during) / statistics.median(healthy) - 1.0)
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        import warnings
+
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        self._catch.__exit__(*exc)
+
+
+METHODS: dict[str, Callable[[], Any]] = {
+    "detector": lambda: Detector(DetectorConfig()),
+    "static_power": StaticPowerBaseline,
+    "zscore": ZScoreBaseline,
+}
+
+
+def run_scenario(
+    path: Path, cycle: float = 30.0, progress: Callable[[int], None] | None = None
+) -> ScenarioRun:
+    import time
+
+    feed = TwinFeed(path, cycle)
+    methods = {name: factory() for name, factory in METHODS.items()}
+    events: dict[str, list[Event]] = {name: [] for name in methods}
+    cpu: list[float] = []
+    for window in feed.windows(progress):
+        for name, method in methods.items():
+            started = time.process_time()
+            result = method.step(window)
+            if name == "detector":
+                cpu.append(time.process_time() - started)
+            events[name].extend(result.events)
+    scenario = feed.scenario
+    fault_free = all(_benign(f) for f in scenario.faults)
+    return ScenarioRun(
+        name=scenario.name,
+        nodes=len(feed.sim.nodes),
+        hours=feed.ticks * feed.tick / 3600.0,
+        fault_free=fault_free,
+        episodes=feed.episodes(),
+        events=events,
+        cycle_cpu_s=cpu,
+        truth_source=feed.truth_source,
+    )
+
+
+def _benign(fault: Any) -> bool:
+    return bool(getattr(fault, "benign", False))
+
+
+def total_ticks(paths: list[Path]) -> int:
+    scenario_mod = import_component("twin", "scenario")
+
+    total = 0
+    for path in paths:
+        scenario = scenario_mod.load(path)
+        total += max(1, math.ceil(scenario.duration / scenario.tick))
+    return total
+
+
+# ----------------------------------------------------------------------------------- scoring
+@dataclass
+class _Tally:
+    tp: int = 0
+    fp: int = 0
+    episodes: int = 0
+    detected: int = 0
+    latencies: list[float] = field(default_factory=list)
+    cause_right: int = 0
+
+    def figures(self) -> dict[str, Any]:
+        precision = self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+        recall = self.detected / self.episodes if self.episodes else None
+        f1 = (
+            2 * precision * recall / (precision + recall)
+            if precision is not None and recall is not None and precision + recall
+            else None
+        )
+        lat = sorted(self.latencies)
+        return {
+            "episodes": self.episodes,
+            "detected": self.detected,
+            "true_flags": self.tp,
+            "wrong_flags": self.fp,
+            "precision": _r(precision),
+            "recall": _r(recall),
+            "f1": _r(f1),
+            "latency_median_s": _r(statistics.median(lat)) if lat else None,
+            "latency_p95_s": _r(float(np.percentile(lat, 95))) if lat else None,
+            "cause_accuracy": _r(self.cause_right / self.tp) if self.tp else None,
+        }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
+def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
+    """Precision, recall, F1 and latency overall, per fault kind and per slowdown band; false flags per
+    1,000 node-hours on the fault-free scenarios."""
+    overall = _Tally()
+    by_kind: dict[str, _Tally] = {}
+    by_band: dict[str, _Tally] = {}
+    by_kind_band: dict[tuple[str, str], _Tally] = {}
+    false_free = 0
+    free_hours = 0.0
+
+    def tallies(episode: Episode) -> list[_Tally]:
+        return [
+            overall,
+            by_kind.setdefault(episode.kind, _Tally()),
+            by_band.setdefault(band_of(episode.slowdown), _Tally()),
+            by_kind_band.setdefault((episode.kind, band_of(episode.slowdown)), _Tally()),
+        ]
+
+    for run in runs:
+        flags = [e for e in run.events[method] if e.kind == "flag"]
+        if run.fault_free:
+            false_free += len(flags)
+            free_hours += run.nodes * run.hours
+        for episode in run.episodes:
+            if episode.counted:
+                for tally in tallies(episode):
+                    tally.episodes += 1
+        first_flag: dict[int, float] = {}
+        for event in flags:
+            s = event.straggler
+            match = _matching(run.episodes, s.job, s.node, event.time)
+            if match is not None and match.neutral:
+                continue  # the fault slowed the job too little to call it a straggler
+            if match is not None and match.counted:
+                for tally in tallies(match):
+                    tally.tp += 1
+                    tally.cause_right += int(EXPECTED_CAUSE.get(match.kind) == s.cause)
+                key = id(match)
+                first_flag[key] = min(first_flag.get(key, math.inf), event.time)
+                continue
+            # A wrong flag: blame the episode running in the same job at the time (a peer blamed for
+            # the straggler), else count it against no fault at all.
+            active = [e for e in run.episodes if e.job == s.job and e.onset <= event.time <= e.end + GRACE_S]
+            if active:
+                for tally in tallies(active[0]):
+                    tally.fp += 1
+            else:
+                overall.fp += 1
+                by_kind.setdefault("none", _Tally()).fp += 1
+        for episode in run.episodes:
+            if episode.counted and id(episode) in first_flag:
+                for tally in tallies(episode):
+                    tally.detected += 1
+                    tally.latencies.append(first_flag[id(episode)] - episode.onset)
+    result = overall.figures()
+    result["false_flags"] = _r(1000.0 * false_free / free_hours) if free_hours else None
+    result["false_flag_count"] = false_free
+    result["fault_free_node_hours"] = round(free_hours, 1)
+    result["by_kind"] = {kind: tally.figures() for kind, tally in sorted(by_kind.items())}
+    result["by_band"] = {band: by_band[band].figures() for band, _, _ in BANDS if band in by_band}
+    result["by_kind_band"] = [
+        {"kind": kind, "band": band, **tally.figures()}
+        for (kind, band), tally in sorted(by_kind_band.items())
+    ]
+    return result
+
+
+def _matching(episodes: list[Episode], job: str, node: str, time: float) -> Episode | None:
+    """The episode a flag belongs to: same node and job, raised during the fault (or just after)."""
+    hits = [e for e in episodes if e.node == node and e.job == job and e.onset <= time <= e.end + GRACE_S]
+    if not hits:
+        return None
+    counted = [e for e in hits if e.counted] or [e for e in hits if e.neutral] or hits
+    return max(counted, key=lambda e: e.slowdown)
+
+
+def report(runs: list[ScenarioRun], cycle: float) -> dict[str, Any]:
+    """The detector's figures at the top level, the baselines' under ``baselines``."""
+    result = score(runs, "detector")
+    result["baselines"] = {name: score(runs, name) for name in METHODS if name != "detector"}
+    cpu = [c for run in runs for c in run.cycle_cpu_s]
+    result["scenarios"] = [
+        {
+            "name": run.name,
+            "nodes": run.nodes,
+            "hours": round(run.hours, 2),
+            "fault_free": run.fault_free,
+            "episodes": len([e for e in run.episodes if e.counted]),
+            "neutral_episodes": len([e for e in run.episodes if e.neutral]),
+            "benign_events": len([e for e in run.episodes if e.benign]),
+            "detector_flags": len([e for e in run.events["detector"] if e.kind == "flag"]),
+            "truth_source": run.truth_source,
+        }
+        for run in runs
+    ]
+    result["cycle_s"] = cycle
+    result["detector_cpu_per_cycle_s"] = {
+        "median": _r(statistics.median(cpu)) if cpu else None,
+        "max": _r(max(cpu)) if cpu else None,
+    }
+    sources = sorted({run.truth_source for run in runs})
+    result["truth_source"] = ", ".join(sources)
+    return result
+
+
+def evaluate(
+    paths: list[Path], cycle: float = 30.0, progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    return report([run_scenario(path, cycle, progress) for path in paths], cycle)
+
+
+def flag_log(runs: list[ScenarioRun]) -> list[dict[str, Any]]:
+    return [
+        {"scenario": run.name, "event": e.kind, "time": e.time, **e.straggler.as_dict()}
+        for run in runs
+        for e in run.events["detector"]
+    ]

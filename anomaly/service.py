@@ -1,0 +1,276 @@
+"""The anomaly service: every cycle it reads a window from Prometheus/Thanos, runs the detector and
+publishes the stragglers as metrics (for Prometheus and the ``StragglerNode`` alert), as a REST API and
+as one structured log line per flag and clear.
+
+A source that does not answer never stops the service: the cycle is skipped, the flags stay as they
+were, ``fleetsight_anomaly_source_up`` says 0 with the error on ``GET /v1/status``, and the next cycle
+tries again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .detector import Detector, DetectorConfig, Event, Straggler
+from .source import PrometheusSource, SourceError
+
+log = logging.getLogger("anomaly")
+
+
+@dataclass
+class ServiceConfig:
+    prometheus_url: str
+    slurm_url: str | None = None
+    interval_s: float = 30.0
+    window: str = "30s"
+    step: str = "5s"
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+
+
+def iso(unix: float) -> str:
+    return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class AnomalyService:
+    """The detection loop and its state (thread-safe reads for the API and /metrics)."""
+
+    def __init__(self, config: ServiceConfig, source: PrometheusSource | None = None) -> None:
+        from .source import Queries
+
+        self.config = config
+        self.source = source or PrometheusSource(
+            config.prometheus_url, Queries(config.window, config.step), config.slurm_url
+        )
+        self.detector = Detector(config.detector)
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.scores: list[tuple[str, str, int, float]] = []
+        self.stragglers: list[Straggler] = []
+        self.source_up: bool | None = None
+        self.source_error = ""
+        self.cycles = 0
+        self.cycle_errors = 0
+        self.flags_total: dict[str, int] = {}
+        self.last_cycle: float | None = None
+        self.last_duration = 0.0
+        self.last_counts = (0, 0, 0)  # nodes, jobs, quiet jobs
+
+    # ----------------------------------------------------------------------------- loop
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._loop, name="anomaly-cycle", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+        self.source.close()
+
+    def _loop(self) -> None:
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            self.cycle()
+            self.stop_event.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))
+
+    def cycle(self, at: float | None = None) -> None:
+        started = time.monotonic()
+        try:
+            window = self.source.read(at)
+        except SourceError as exc:
+            with self.lock:
+                self.cycle_errors += 1
+                if self.source_up is not False:
+                    log.warning(json.dumps({"event": "source_down", "error": str(exc)}))
+                self.source_up = False
+                self.source_error = str(exc)
+            return
+        result = self.detector.step(window)
+        for event in result.events:
+            self._log_event(event)
+        with self.lock:
+            if self.source_up is False:
+                log.info(json.dumps({"event": "source_recovered", "url": self.config.prometheus_url}))
+            self.source_up = True
+            self.source_error = ""
+            self.scores = result.scores
+            self.stragglers = self.detector.flagged()
+            self.cycles += 1
+            self.last_cycle = window.end
+            self.last_duration = time.monotonic() - started
+            self.last_counts = (len(window.nodes), len(window.jobs), result.quiet_jobs)
+            for event in result.events:
+                if event.kind == "flag":
+                    cause = event.straggler.cause
+                    self.flags_total[cause] = self.flags_total.get(cause, 0) + 1
+
+    def _log_event(self, event: Event) -> None:
+        s = event.straggler
+        log.info(
+            json.dumps(
+                {
+                    "event": f"straggler_{event.kind}",
+                    "time": iso(event.time),
+                    "hpc_job": s.job,
+                    "node": s.node,
+                    "gpu": s.gpu,
+                    "cause": s.cause,
+                    "score": round(s.score, 2),
+                    "evidence": s.evidence,
+                },
+                sort_keys=True,
+            )
+        )
+
+    # ----------------------------------------------------------------------------- views
+    def straggler_items(self, job: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            items = [s for s in self.stragglers if job is None or s.job == job]
+        out = []
+        for s in sorted(items, key=lambda s: (s.job, s.node)):
+            item = s.as_dict()
+            item["since"] = iso(s.since)
+            item["since_unix"] = s.since
+            item["updated"] = iso(s.updated)
+            out.append(item)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        with self.lock:
+            nodes, jobs, quiet = self.last_counts
+            return {
+                "source": {
+                    "url": self.config.prometheus_url,
+                    "up": self.source_up,
+                    "error": self.source_error,
+                    "slurm_url": self.config.slurm_url,
+                    "slurm_up": self.source.slurm_up,
+                    "slurm_error": self.source.slurm_error,
+                },
+                "cycles": self.cycles,
+                "cycle_errors": self.cycle_errors,
+                "interval_s": self.config.interval_s,
+                "window": self.config.window,
+                "last_cycle": iso(self.last_cycle) if self.last_cycle else None,
+                "last_cycle_duration_s": round(self.last_duration, 4),
+                "nodes": nodes,
+                "jobs": jobs,
+                "quiet_jobs": quiet,
+                "stragglers": len(self.stragglers),
+            }
+
+
+class ServiceCollector(Collector):
+    """Exposes the current state; series of cleared flags and ended jobs vanish with them."""
+
+    def __init__(self, service: AnomalyService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        s = self.service
+        with s.lock:
+            scores = list(s.scores)
+            stragglers = list(s.stragglers)
+            up = s.source_up
+            cycles, errors = s.cycles, s.cycle_errors
+            flags_total = dict(s.flags_total)
+            duration, last = s.last_duration, s.last_cycle
+        score = GaugeMetricFamily(
+            "fleetsight_straggler_score",
+            "Robust z-score of the GPU's tensor activity above its job peers (own offset removed).",
+            labels=["hpc_job", "node", "gpu"],
+        )
+        for job, node, gpu, value in scores:
+            score.add_metric([job, node, str(gpu)], value)
+        yield score
+        flagged = GaugeMetricFamily(
+            "fleetsight_straggler",
+            "1 while the node is flagged as the straggler of its job, with the cause.",
+            labels=["hpc_job", "node", "cause"],
+        )
+        for straggler in stragglers:
+            flagged.add_metric([straggler.job, straggler.node, straggler.cause], 1.0)
+        yield flagged
+        yield GaugeMetricFamily(
+            "fleetsight_anomaly_source_up",
+            "1 when the last cycle read Prometheus/Thanos, 0 when it failed.",
+            value=1.0 if up else 0.0,
+        )
+        yield CounterMetricFamily("fleetsight_anomaly_cycles", "Detection cycles completed.", value=cycles)
+        yield CounterMetricFamily(
+            "fleetsight_anomaly_cycle_errors", "Cycles skipped because the source failed.", value=errors
+        )
+        flags = CounterMetricFamily(
+            "fleetsight_anomaly_flags", "Stragglers flagged since start, by cause.", labels=["cause"]
+        )
+        for cause, count in sorted(flags_total.items()):
+            flags.add_metric([cause], count)
+        yield flags
+        yield GaugeMetricFamily(
+            "fleetsight_anomaly_cycle_duration_seconds", "Wall time of the last cycle.", value=duration
+        )
+        yield GaugeMetricFamily(
+            "fleetsight_anomaly_last_cycle_timestamp_seconds",
+            "End of the last window analysed (unix seconds).",
+            value=last or 0.0,
+        )
+
+
+def create_app(service: AnomalyService, run_loop: bool = True) -> FastAPI:
+    registry = CollectorRegistry()
+    registry.register(ServiceCollector(service))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        if run_loop:
+            service.start()
+        yield
+        service.stop()
+
+    app = FastAPI(
+        title="FleetSight anomaly service",
+        description="Straggler nodes of running jobs, with cause and evidence (node vs peers' median).",
+        version="1",
+        lifespan=lifespan,
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/stragglers", summary="Every flagged straggler, with cause and evidence")
+    def stragglers() -> dict[str, Any]:
+        return {"stragglers": service.straggler_items(), "status": service.status()}
+
+    @app.get("/v1/jobs/{job_id}/stragglers", summary="The flagged stragglers of one job")
+    def job_stragglers(job_id: str) -> dict[str, Any]:
+        known = job_id in service.detector.jobs
+        items = service.straggler_items(job_id)
+        if not known and not items:
+            raise HTTPException(
+                status_code=404, detail=f"job {job_id} is not running (not in the last window)"
+            )
+        return {"hpc_job": job_id, "stragglers": items}
+
+    @app.get("/v1/status", summary="Source health and the last cycle")
+    def status() -> dict[str, Any]:
+        return service.status()
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

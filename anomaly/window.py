@@ -1,0 +1,59 @@
+"""One detection window: what every GPU of every node did over the last cycle, as arrays.
+
+The live service fills it from PromQL (window medians and throttle-bit fractions); the offline
+evaluation fills it from the twin's simulated samples. The detector sees nothing else, so both paths
+exercise the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# dcgm-exporter's DCGM_FI_DEV_CLOCK_THROTTLE_REASONS bits (NVML clocksThrottleReasons).
+THROTTLE_SW_POWER_CAP = 0x4
+THROTTLE_SW_THERMAL = 0x20
+THROTTLE_HW_THERMAL = 0x40
+THROTTLE_HW_POWER_BRAKE = 0x80
+
+
+@dataclass
+class Window:
+    """Per-GPU arrays are shaped (nodes, gpus); NaN where a GPU reported nothing."""
+
+    end: float  # unix seconds at the end of the window
+    nodes: list[str]
+    gpus: int
+    tensor: np.ndarray  # median DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (ratio)
+    power: np.ndarray  # median DCGM_FI_DEV_POWER_USAGE (W)
+    sm_clock: np.ndarray  # median DCGM_FI_DEV_SM_CLOCK (MHz)
+    util: np.ndarray  # median DCGM_FI_DEV_GPU_UTIL (%)
+    brake: np.ndarray  # share of samples with the HW power brake bit
+    thermal: np.ndarray  # share of samples with a thermal bit (SW or HW)
+    pcie_downgraded: np.ndarray  # 1 when the GPU's link runs below its max speed or width
+    h2d_bandwidth: np.ndarray  # host-to-device probe, bytes/s (NaN when no probe)
+    ib_errors: np.ndarray  # per node: symbol errors + link downed + link recoveries in the window
+    ib_xmit_wait: np.ndarray  # per node: port_xmit_wait ticks per second, summed over ports
+    jobs: dict[str, list[int]] = field(default_factory=dict)  # job id -> node indices
+    gpu_model: dict[int, str] = field(default_factory=dict)  # node index -> GPU model name
+
+    @classmethod
+    def empty(cls, end: float, nodes: list[str], gpus: int) -> Window:
+        shape = (len(nodes), gpus)
+        nan = np.full(shape, np.nan)
+        return cls(
+            end=end,
+            nodes=list(nodes),
+            gpus=gpus,
+            tensor=nan.copy(),
+            power=nan.copy(),
+            sm_clock=nan.copy(),
+            util=nan.copy(),
+            brake=np.zeros(shape),
+            thermal=np.zeros(shape),
+            pcie_downgraded=np.zeros(shape),
+            h2d_bandwidth=nan.copy(),
+            ib_errors=np.zeros(len(nodes)),
+            ib_xmit_wait=np.zeros(len(nodes)),
+        )

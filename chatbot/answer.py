@@ -1,0 +1,381 @@
+"""Answers: retrieve the best runbook sections, then quote them (extractive, the default) or have a
+language model write an answer constrained to them; always with citations that exist and contain what
+is quoted, and a decline (with the closest runbooks) when nothing relevant is found.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .index import DocIndex, Hit, Section, default_sources, tokens
+from .live import LiveContext, LiveSources, find_jobs, find_nodes, gather
+from .llm import LLMConfig, LLMError, ask_llm
+
+log = logging.getLogger("chatbot.answer")
+
+MAX_QUESTION_CHARS = 2000
+MAX_FILES = 3  # runbooks cited per answer
+MAX_QUOTE_LINES = 14  # lines quoted from one section
+# Below this score the best section is not about the question: decline. The score is BM25 in units of
+# the corpus's largest IDF (a word only one section has), so that it means the same with 20 runbooks
+# or 200. Calibrated on chatbot/eval/questions.yaml (see docs/chatbot.md): out-of-scope questions
+# score up to about 0.55, in-scope ones from about 0.7 up.
+MIN_SCORE = 0.6
+# The sections whose steps an answer quotes, in order of preference, after the best matching one (the
+# alert runbooks say "What to do", the log-alert runbooks "Act").
+ACTION_SECTIONS = ("What to do", "Act", "How to confirm", "Confirm")
+# What a runbook's metadata-only lead text is replaced by when it is the best match.
+MEANING_SECTIONS = ("What it means", "Impact on running jobs")
+MIN_SENTENCE_CHARS = 25  # a "See also" quote is a sentence, not a list number or a fragment
+# A symptom as people say it -> the words the runbooks use for it. Keys are matched on stems.
+SYMPTOMS = {
+    "disappeared": "fell off bus missing",
+    "vanished": "fell off bus missing",
+    "missing": "fell off bus",
+    "hot": "thermal temperature",
+    "overheating": "thermal temperature",
+    "slow": "straggler slower",
+    "slower": "straggler power brake",
+    "hangs": "timeout hung",
+    "stuck": "timeout hung",
+    "timed": "timeout",
+    "nan": "loss nan",
+    "inf": "loss nan",
+    "exploded": "loss nan diverged",
+    "responding": "node down crashed hung",
+    "unresponsive": "node down crashed hung",
+    "ssh": "node down",
+    "evicted": "eviction",
+    "ecc": "uncorrectable xid",
+    "ib": "infiniband",
+    "flaps": "flapping",
+    "inside": "nvlink nvswitch",
+    "intra": "nvlink nvswitch",
+    "inter": "infiniband network port rate",
+    "memcpy": "host device bandwidth pcie",
+    "cudamemcpy": "host device bandwidth pcie",
+}
+SYNONYMS = {token: words for key, words in SYMPTOMS.items() for token in tokens(key)[:1]}
+# Runbooks are the answers; the other docs explain FleetSight itself and rank after them.
+DOC_WEIGHT = 0.75
+SECOND_SECTION_WEIGHT = 0.5
+
+
+class QuestionError(ValueError):
+    """The question cannot be answered as asked (empty, too long); the message says why."""
+
+
+@dataclass
+class Citation:
+    n: int
+    file: str
+    section: str
+    anchor: str
+    quote: str
+    score: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "file": self.file,
+            "section": self.section,
+            "anchor": self.anchor,
+            "quote": self.quote,
+            "score": round(self.score, 3),
+        }
+
+
+@dataclass
+class Answer:
+    question: str
+    text: str
+    declined: bool
+    mode: str  # "extractive", "llm", "extractive-fallback" or "declined"
+    citations: list[Citation] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    closest: list[str] = field(default_factory=list)
+    took_ms: float = 0.0
+    live_failures: list[str] = field(default_factory=list)  # for the service's metrics, not the reply
+
+    @property
+    def cited_files(self) -> list[str]:
+        return list(dict.fromkeys(c.file for c in self.citations))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answer": self.text,
+            "declined": self.declined,
+            "mode": self.mode,
+            "citations": [c.as_dict() for c in self.citations],
+            "evidence": self.evidence,
+            "notes": self.notes,
+            "closest": self.closest,
+            "took_ms": round(self.took_ms, 1),
+        }
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    repo_root: Path
+    sources: tuple[Path, ...] = ()
+    live: LiveSources = field(default_factory=LiveSources)
+    llm: LLMConfig | None = None
+    min_score: float = MIN_SCORE
+
+    def source_paths(self) -> list[Path]:
+        return list(self.sources) or default_sources(self.repo_root)
+
+
+def expand(question: str) -> str:
+    """The question plus the runbooks' words for the symptoms it names."""
+    extra = [SYNONYMS[t] for t in dict.fromkeys(tokens(question)) if t in SYNONYMS]
+    return " ".join([question, *extra])
+
+
+def rank_files(hits: list[Hit], preferred: list[str]) -> list[tuple[str, Hit]]:
+    """Files by their best section's score plus half their second best; runbooks the live sources
+    named come first."""
+    best: dict[str, Hit] = {}
+    for hit in hits:
+        if hit.section.file not in best:
+            best[hit.section.file] = hit
+    # A page where a second section also matches is more likely the page the question is about.
+    second: dict[str, float] = {}
+    for hit in hits:
+        if hit is not best[hit.section.file] and hit.section.file not in second:
+            second[hit.section.file] = hit.score
+    ordered = sorted(
+        best.items(), key=lambda item: -(item[1].score + SECOND_SECTION_WEIGHT * second.get(item[0], 0.0))
+    )
+    return sorted(
+        ordered, key=lambda item: preferred.index(item[0]) if item[0] in preferred else len(preferred)
+    )
+
+
+def quote_lines(section: Section, question_tokens: set[str], limit: int = MAX_QUOTE_LINES) -> str:
+    """A contiguous run of the section's lines (so the quote is verbatim): the whole section when it is
+    short, else the window of ``limit`` lines that shares most words with the question."""
+    lines = section.text.strip("\n").splitlines()
+    if len(lines) <= limit:
+        return "\n".join(lines)
+    weights = [len(question_tokens & set(tokens(line))) for line in lines]
+    start = max(range(len(lines) - limit + 1), key=lambda i: sum(weights[i : i + limit]))
+    # Do not cut a code block in half: a fence opened in the window is closed inside it or dropped.
+    window = lines[start : start + limit]
+    if sum(1 for line in window if line.lstrip().startswith("```")) % 2:
+        last_fence = max(i for i, line in enumerate(window) if line.lstrip().startswith("```"))
+        window = window[:last_fence] or window
+    return "\n".join(window).strip("\n")
+
+
+def best_line(lines: list[str], question_tokens: set[str]) -> str:
+    """The line sharing most words with the question, fences and table rulers excluded."""
+    candidates = [
+        line for line in lines if line.strip() and not re.match(r"^\s*(```|~~~|\|[\s\-:|]+\|\s*$)", line)
+    ]
+    if not candidates:
+        return lines[0].strip() if lines else ""
+    return max(candidates, key=lambda line: len(question_tokens & set(tokens(line)))).strip()
+
+
+def first_sentence(section: Section, question_tokens: set[str], max_lines: int = 4) -> str:
+    """The section's opening sentence, verbatim (it may run over a few lines); for a section that opens
+    with a table or a code block, the line of it that shares most words with the question."""
+    lines = section.text.strip("\n").splitlines()
+    if not lines or lines[0].lstrip().startswith(("|", "```", "~~~")):
+        return best_line(lines, question_tokens)
+    text = "\n".join(lines[:max_lines])
+    for match in re.finditer(r"[.!?](?=\s|$)", text):
+        before = text[: match.start()].rstrip()
+        # Not a list number ("1."), nor an abbreviation ("e.g."), nor a fragment.
+        if len(before) >= MIN_SENTENCE_CHARS and not re.search(r"(\b\d+|\be\.g|\bi\.e|\betc)$", before):
+            return text[: match.start() + 1].strip()
+    return lines[0].strip()
+
+
+class Answerer:
+    """Turns a question into an :class:`Answer`. One per service; thread-safe."""
+
+    def __init__(self, config: ChatConfig) -> None:
+        self.config = config
+        self.index = DocIndex(config.source_paths(), config.repo_root)
+
+    def check_question(self, question: str) -> str:
+        question = question.strip()
+        if not question:
+            raise QuestionError(
+                "the question is empty: ask something, e.g. 'what does Xid 79 mean for my job'"
+            )
+        if len(question) > MAX_QUESTION_CHARS:
+            raise QuestionError(
+                f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}: "
+                "ask about one symptom at a time"
+            )
+        return question
+
+    def search(self, question: str) -> list[Hit]:
+        """The best sections for the question (symptoms expanded, node names and job ids left out: they
+        are not words of the runbooks), runbooks before the other docs."""
+        words = question
+        for name in [*find_nodes(question, self.config.live.node_pattern), *find_jobs(question)]:
+            words = re.sub(rf"\b{re.escape(name)}\b", " ", words, flags=re.IGNORECASE)
+        hits = self.index.search(expand(words), k=20)
+        weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in hits]
+        return sorted(weighed, key=lambda h: -h.score)
+
+    def relevant(self, hits: list[Hit]) -> bool:
+        return bool(hits) and hits[0].score / self.index.max_idf >= self.config.min_score
+
+    def answer(self, question: str, live: bool = True) -> Answer:
+        started = time.perf_counter()
+        question = self.check_question(question)
+        context = gather(question, self.config.live) if live else LiveContext()
+        hits = self.search(question)
+        if not self.relevant(hits) and context.evidence:
+            # The words alone say too little ("n0007 lost a GPU"), but what the cluster reports about it
+            # does (an Xid 79 in its log): search with both.
+            hits = self.search(" ".join([question, *(e.summary for e in context.evidence)]))
+        preferred = [r for r in context.runbooks if any(s.file == r for s in self.index.file_sections(r))]
+        if not self.relevant(hits) and not preferred:
+            result = self.decline(question, hits, context)
+        else:
+            result = self.extractive(question, hits, preferred, context)
+            if self.config.llm is not None:
+                result = self.with_llm(result, context)
+        result.took_ms = (time.perf_counter() - started) * 1000
+        result.live_failures = list(context.failed)
+        log.info(
+            "event=answer mode=%s declined=%s files=%s took_ms=%.1f",
+            result.mode,
+            result.declined,
+            ",".join(result.cited_files) or "-",
+            result.took_ms,
+        )
+        return result
+
+    # ------------------------------------------------------------------ extractive
+    def extractive(
+        self, question: str, hits: list[Hit], preferred: list[str], context: LiveContext
+    ) -> Answer:
+        question_tokens = set(tokens(expand(question)))
+        citations: list[Citation] = []
+        ranked = rank_files(hits, preferred)
+        for file in preferred:  # a runbook a live source named, even if the words did not find it
+            if file not in [f for f, _ in ranked]:
+                sections = self.index.file_sections(file)
+                ranked.insert(0, (file, Hit(sections[0], 0.0)))
+        lines: list[str] = []
+        for rank, (file, hit) in enumerate(ranked[:MAX_FILES]):
+            section = self.substantive(hit.section)
+            if rank == 0:
+                chosen = [section]
+                for name in ACTION_SECTIONS:
+                    extra = self.index.section(file, name)
+                    if extra and extra not in chosen:
+                        chosen.append(extra)
+                        break
+                for part in chosen:
+                    quote = quote_lines(part, question_tokens)
+                    citations.append(self._cite(citations, part, quote, hit.score))
+                    lines.append(f"**{part.page} — {part.heading}** [{citations[-1].n}]\n{quote}")
+            else:
+                quote = first_sentence(section, question_tokens)
+                citations.append(self._cite(citations, section, quote, hit.score))
+                lines.append(f"See also **{section.page} — {section.heading}** [{citations[-1].n}]: {quote}")
+        intro = self.live_summary(context)
+        text = "\n\n".join([*intro, *lines])
+        return Answer(
+            question=question,
+            text=text,
+            declined=False,
+            mode="extractive",
+            citations=citations,
+            evidence=[e.as_dict() for e in context.evidence],
+            notes=list(context.notes),
+        )
+
+    def substantive(self, section: Section) -> Section:
+        """A runbook's lead text is its metadata line (severity, team, rule): quote what it means instead."""
+        if section.is_runbook and section.heading == section.page:
+            for name in MEANING_SECTIONS:
+                meaning = self.index.section(section.file, name)
+                if meaning is not None:
+                    return meaning
+        return section
+
+    @staticmethod
+    def _cite(citations: list[Citation], section: Section, quote: str, score: float) -> Citation:
+        return Citation(len(citations) + 1, section.file, section.heading, section.anchor, quote, score)
+
+    def live_summary(self, context: LiveContext) -> list[str]:
+        """The live facts first ("node n0007 is flagged as a straggler ..."), each with source and time;
+        a runbook a source names is pointed at only when it exists."""
+        out = []
+        for item in context.evidence:
+            when = f" at {item.time}" if item.time else ""
+            exists = item.runbook and self.index.file_sections(item.runbook)
+            runbook = f" -> runbook {Path(item.runbook).stem}" if item.runbook and exists else ""
+            out.append(f"Live ({item.source}{when}): {item.summary}{runbook}")
+        out.extend(f"Note: {note}" for note in context.notes)
+        return ["\n".join(out)] if out else []
+
+    # ------------------------------------------------------------------ declining
+    def decline(self, question: str, hits: list[Hit], context: LiveContext) -> Answer:
+        ranked = [file for file, _ in rank_files(hits, [])]
+        runbooks_first = sorted(ranked, key=lambda f: "/runbooks/" not in f"/{f}")
+        closest = runbooks_first[:MAX_FILES]
+        nearest = (
+            f"The closest runbooks are: {', '.join(Path(f).stem for f in closest)}."
+            if closest
+            else "No runbook shares a word with the question."
+        )
+        text = (
+            f"I could not find anything about this in the runbooks, so I will not guess. {nearest} "
+            "Ask about a symptom on the cluster (a GPU error, a slow or failed job, a node, the network "
+            "or storage)."
+        )
+        return Answer(
+            question=question,
+            text="\n\n".join([*self.live_summary(context), text]),
+            declined=True,
+            mode="declined",
+            evidence=[e.as_dict() for e in context.evidence],
+            notes=list(context.notes),
+            closest=closest,
+        )
+
+    # ------------------------------------------------------------------ language model
+    def with_llm(self, extractive: Answer, context: LiveContext) -> Answer:
+        """Have the model write the answer from the cited passages; fall back to the quotes on any
+        failure, saying so."""
+        assert self.config.llm is not None
+        passages = []
+        for citation in extractive.citations:
+            section = self.index.section(citation.file, citation.section)
+            passages.append((citation, section.text if section else citation.quote))
+        try:
+            text, used = ask_llm(self.config.llm, extractive.question, passages, self.live_summary(context))
+        except LLMError as exc:
+            extractive.mode = "extractive-fallback"
+            extractive.notes.append(
+                f"language model not used: {exc}; this answer quotes the runbooks instead"
+            )
+            extractive.text = "\n\n".join([extractive.text, f"Note: language model not used ({exc})."])
+            return extractive
+        kept = [c for c in extractive.citations if c.n in used] or extractive.citations
+        return Answer(
+            question=extractive.question,
+            text=text,
+            declined=False,
+            mode="llm",
+            citations=kept,
+            evidence=extractive.evidence,
+            notes=extractive.notes,
+        )

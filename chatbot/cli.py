@@ -1,0 +1,158 @@
+"""``fleetsight chatbot``: serve the chatbot, evaluate it on a question set."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from .answer import Answerer
+from .config import chat_config
+from .evaluate import QuestionSetError, evaluate, load_questions
+
+DEFAULT_LISTEN = "127.0.0.1:19142"
+DEFAULT_QUESTIONS = Path(__file__).resolve().parent / "eval" / "questions.yaml"
+
+docs_option = click.option(
+    "--docs",
+    "docs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A Markdown file or folder to answer from (repeatable); default: docs/runbooks/ and docs/.",
+)
+
+
+@click.group(name="chatbot", context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """The runbook chatbot: answers from the runbooks and live state, with citations.
+
+    \b
+    Examples:
+      fleetsight chatbot serve --health-url http://127.0.0.1:19141 --anomaly-url http://127.0.0.1:19140
+      fleetsight chatbot evaluate --questions chatbot/eval/questions.yaml
+      fleetsight chat "what does Xid 79 mean for my job"
+    """
+
+
+@cli.command()
+@click.option(
+    "--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the API and chat page."
+)
+@click.option("--health-url", envvar="FLEETSIGHT_HEALTH_URL", help="Health service base URL (node state).")
+@click.option("--anomaly-url", envvar="FLEETSIGHT_ANOMALY_URL", help="Anomaly service base URL (stragglers).")
+@click.option(
+    "--logs-url", envvar="FLEETSIGHT_LOGS_URL", help="OpenSearch/Elasticsearch URL (recent errors)."
+)
+@click.option(
+    "--llm-url", help="OpenAI-compatible base URL (…/v1); default $FLEETSIGHT_CHATBOT_LLM_URL, or none."
+)
+@click.option("--llm-model", help="Model name for the endpoint; default $FLEETSIGHT_CHATBOT_LLM_MODEL.")
+@click.option("--llm-timeout", type=float, help="Seconds before falling back to quoting (default 20).")
+@click.option("--public-url", help="URL people reach this service at (citation links in Slack).")
+@click.option(
+    "--slack-signing-secret-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="File holding Slack's signing secret (else $FLEETSIGHT_SLACK_SIGNING_SECRET); without: no Slack.",
+)
+@docs_option
+def serve(
+    listen: str,
+    health_url: str | None,
+    anomaly_url: str | None,
+    logs_url: str | None,
+    llm_url: str | None,
+    llm_model: str | None,
+    llm_timeout: float | None,
+    public_url: str | None,
+    slack_signing_secret_file: Path | None,
+    docs: tuple[Path, ...],
+) -> None:
+    """Run the service: POST /v1/ask, the chat page at /, Slack at POST /slack/command.
+
+    \b
+    Examples:
+      fleetsight chatbot serve
+      fleetsight chatbot serve --listen 0.0.0.0:8080 --health-url http://health:19141 \\
+          --anomaly-url http://anomaly:19140 --logs-url http://opensearch:9200
+      FLEETSIGHT_CHATBOT_LLM_KEY=... fleetsight chatbot serve --llm-url http://vllm:8000/v1 --llm-model qwen
+    """
+    from . import slack
+    from .service import create_app
+    from .service import serve as run
+
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="ts=%(asctime)s level=%(levelname)s %(message)s"
+    )
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{listen!r}: use HOST:PORT, e.g. 127.0.0.1:19142", param_hint="--listen")
+    config = chat_config(docs, health_url, anomaly_url, logs_url, llm_url, llm_model, llm_timeout)
+    app = create_app(config, slack.load_signing_secret(slack_signing_secret_file), public_url)
+    index = app.state.answerer.index
+    if not index.sections:
+        where = ", ".join(str(p) for p in config.source_paths())
+        raise click.ClickException(f"no Markdown sections in {where}: nothing to answer from (see --docs)")
+    click.echo(
+        f"chatbot: {len({s.file for s in index.sections})} files, {len(index.sections)} sections indexed; "
+        f"http://{host}:{port}/ (API docs /docs)",
+        err=True,
+    )
+    run(app, host, int(port))
+
+
+@cli.command(name="evaluate")
+@click.option(
+    "--questions",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_QUESTIONS,
+    show_default=True,
+    help="YAML list of {question, expect: [docs/runbooks/<Name>.md, ...]}; empty expect = out of scope.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option(
+    "--show-failures/--no-failures", default=True, show_default=True, help="List the questions missed."
+)
+@docs_option
+def evaluate_command(questions: Path, as_json: bool, show_failures: bool, docs: tuple[Path, ...]) -> None:
+    """Score the chatbot on a question set: hit@1, hit@3, valid citations, out-of-scope declined.
+
+    \b
+    Examples:
+      fleetsight chatbot evaluate
+      fleetsight chatbot evaluate --questions chatbot/eval/questions.yaml --json
+    """
+    try:
+        entries = load_questions(questions)
+    except QuestionSetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    answerer = Answerer(chat_config(docs))
+    if not answerer.index.sections:
+        raise click.ClickException("no Markdown sections found in the docs: nothing to evaluate (see --docs)")
+    report = evaluate(answerer, entries)
+    summary = report.summary()
+    if as_json:
+        out = dict(summary)
+        if show_failures:
+            out["failures"] = report.failures()
+            out["hit_at_1_misses"] = report.first_misses()
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(
+        f"questions: {summary['questions']} ({summary['in_scope']} in scope, {summary['out_of_scope']} out)"
+    )
+    if summary["in_scope_missing_runbooks"]:
+        click.echo(f"  not scored (no expected runbook exists yet): {summary['in_scope_missing_runbooks']}")
+    for key in ("hit_at_1", "hit_at_3", "citations_valid", "out_of_scope_declined"):
+        value = summary[key]
+        click.echo(f"{key:24} {'n/a' if value is None else f'{value:.3f}'}")
+    click.echo(f"{'answer_ms_p50':24} {summary['answer_ms_p50']}")
+    if show_failures:
+        for failure in report.failures():
+            click.echo(
+                f"  missed: {failure['question']!r} expect={failure['expect']} cited={failure['cited'][:3]}"
+            )
+        for miss in report.first_misses():
+            click.echo(f"  not first: {miss['question']!r} expect={miss['expect']} cited={miss['cited']}")

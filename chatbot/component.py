@@ -1,0 +1,71 @@
+"""The chatbot in the local stack: the API, chat page and Slack endpoint, with live context from the
+stack's health and anomaly services and its log search (each optional: it answers from the runbooks
+when they are not running)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fleetsight.components import Component, http_ok
+from fleetsight.settings import Settings
+
+
+def optional_url(settings: Settings, port_name: str) -> list[str]:
+    try:
+        return [settings.url(port_name)]
+    except KeyError:  # that component is not part of this checkout
+        return []
+
+
+def command(settings: Settings) -> list[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "fleetsight.cli",
+        "chatbot",
+        "serve",
+        "--listen",
+        f"{settings.host}:{settings.port('chatbot')}",
+    ]
+    for option, port_name in (
+        ("--health-url", "health"),
+        ("--anomaly-url", "anomaly"),
+        ("--logs-url", "opensearch"),
+    ):
+        for url in optional_url(settings, port_name):
+            args += [option, url]
+    return [*args, "--public-url", settings.url("chatbot")]
+
+
+def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
+    """Its /metrics under the job name production uses (metrics/prometheus.yml: fleetsight-chatbot)."""
+    return [
+        {
+            "job_name": "fleetsight-chatbot",
+            "scrape_interval": "15s",
+            "static_configs": [{"targets": [f"{settings.host}:{settings.port('chatbot')}"]}],
+        }
+    ]
+
+
+COMPONENTS = [
+    Component(
+        name="chatbot",
+        description="Runbook chatbot: answers with citations and live state (API, chat page, Slack)",
+        command=command,
+        ready=lambda s: http_ok(s.url("chatbot", "/healthz")),
+        urls=lambda s: {"chat": s.url("chatbot", "/"), "api docs": s.url("chatbot", "/docs")},
+        scrape_configs=scrape_configs,
+        ready_timeout_s=30.0,
+    ),
+]
+
+PORTS = {"chatbot": 142}
+CLI = {
+    "chatbot": (".cli", "the runbook chatbot: serve it, evaluate it on a question set"),
+    "chat": (".cli_chat", "ask the runbook chatbot a question from the terminal"),
+}
+# The headless Chromium that tests the chat page is the "chromium" step dashboards/component.py already
+# declares (a step may be declared once).
+START_PRIORITY = 70

@@ -1,0 +1,48 @@
+"""Building a :class:`~chatbot.answer.ChatConfig` from command-line options and the environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fleetsight.settings import REPO_ROOT
+
+from .answer import ChatConfig
+from .live import LiveSources
+from .llm import LLMConfig
+
+HEALTH_TOKEN_ENV = "FLEETSIGHT_CHATBOT_HEALTH_TOKEN"
+
+
+def chat_config(
+    docs: tuple[Path, ...] = (),
+    health_url: str | None = None,
+    anomaly_url: str | None = None,
+    logs_url: str | None = None,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    llm_timeout: float | None = None,
+    live_timeout: float = 1.5,
+    repo_root: Path = REPO_ROOT,
+) -> ChatConfig:
+    """Options win over the environment (FLEETSIGHT_CHATBOT_LLM_*); the key only ever comes from the
+    environment or a file (FLEETSIGHT_CHATBOT_LLM_KEY / _KEY_FILE)."""
+    llm = LLMConfig.from_env()
+    if llm_url:
+        base = llm or LLMConfig(url=llm_url, model="default")
+        llm = LLMConfig(
+            url=llm_url.rstrip("/"),
+            model=llm_model or base.model,
+            api_key=base.api_key,
+            timeout_s=llm_timeout if llm_timeout is not None else base.timeout_s,
+        )
+    elif llm is not None and (llm_model or llm_timeout is not None):
+        llm = LLMConfig(llm.url, llm_model or llm.model, llm.api_key, llm_timeout or llm.timeout_s)
+    live = LiveSources(
+        health_url=health_url.rstrip("/") if health_url else None,
+        anomaly_url=anomaly_url.rstrip("/") if anomaly_url else None,
+        logs_url=logs_url.rstrip("/") if logs_url else None,
+        health_token=os.environ.get(HEALTH_TOKEN_ENV) or None,
+        timeout_s=live_timeout,
+    )
+    return ChatConfig(repo_root=repo_root, sources=tuple(docs), live=live, llm=llm)

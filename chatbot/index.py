@@ -1,0 +1,280 @@
+"""The search index over the runbooks and docs: one entry per ``##`` section, BM25 (bm25s) ranked.
+
+Built at start-up from the Markdown files and rebuilt when any of them changes (checked at most every
+``recheck_s`` seconds, by file names, sizes and modification times), so the chatbot needs nothing else
+running and follows the docs as they are written. No model is fetched: tokens are lower-cased words,
+CamelCase alert names split into their words, with a light suffix stemmer.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import bm25s
+import numpy as np
+
+log = logging.getLogger("chatbot.index")
+
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+FENCE = re.compile(r"^\s*(```|~~~)")
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d+(?:\.\d+)?")
+CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+# Words too common in questions and runbooks to tell sections apart.
+STOPWORDS = frozenset(
+    """a an and are as at be been but by can could do does did for from had has have how i if in into is
+    it its me my of on or our so that the their them then there these they this to was we were what when
+    where which who why will with would you your should shall may might must not no yes just get got
+    any all some about after again also am because before being both each few more most other own same
+    than too very s t don now over under once here only until while he she his her him
+    us ours mine what's whats im ive id ok please tell know want need help""".split()  # noqa: SIM905 - a word list reads best as text
+)
+# READMEs are tables of contents that would outrank the pages they list; the chatbot's own page quotes
+# example questions and would answer them with itself.
+SKIPPED_FILES = frozenset({"readme.md", "chatbot.md"})
+# How much a title counts against the body: the alert name says a lot about its page.
+TITLE_WEIGHT = 3
+HEADING_WEIGHT = 2
+
+
+def stem(word: str) -> str:
+    """A light suffix stemmer (no PyStemmer here): enough for plurals and -ing/-ed forms."""
+    for suffix, keep, shortest in (
+        ("ies", "y", 3),
+        ("ing", "", 4),
+        ("ed", "", 4),
+        ("es", "", 3),
+        ("s", "", 3),
+    ):
+        if word.endswith(suffix) and len(word) - len(suffix) >= shortest:
+            if suffix == "es" and not word.endswith(("ches", "shes", "sses", "xes")):
+                continue
+            if suffix == "s" and word.endswith(("ss", "us", "is")):
+                continue
+            base = word[: len(word) - len(suffix)] + keep
+            # flapping -> flapp -> flap (but stalled -> stall, missed -> miss)
+            if suffix in ("ing", "ed") and base[-1] == base[-2] and base[-1] not in "lsz":
+                base = base[:-1]
+            return base
+    return word
+
+
+def tokens(text: str) -> list[str]:
+    """Words of text: CamelCase and snake/kebab parts split, lower-cased, stemmed, stopwords dropped."""
+    out: list[str] = []
+    for raw in WORD.findall(text):
+        parts = CAMEL.findall(raw) if not raw.isdigit() else [raw]
+        # Split CamelCase names (GPUFellOffBus) into their words too, but not NaN or PSU2.
+        split = len(parts) > 1 and all(len(p) >= 2 for p in parts if not p.isdigit())
+        pieces = [raw.lower(), *(p.lower() for p in parts)] if split else [raw.lower()]
+        for piece in pieces:
+            if piece in STOPWORDS or (len(piece) < 2 and not piece.isdigit()):
+                continue
+            out.append(stem(piece))
+    return out
+
+
+@dataclass(frozen=True)
+class Section:
+    """One ``##`` section of one file (or the text before the first one, under the page title)."""
+
+    file: str  # repository-relative path, e.g. docs/runbooks/PSUFailed.md
+    page: str  # the page's title (its ``#`` heading, or the file name)
+    heading: str  # the section's heading; the page title for the lead text
+    text: str  # the section's body, exactly as in the file (the heading line excluded)
+    start_line: int  # 1-based line of the heading in the file
+
+    @property
+    def anchor(self) -> str:
+        """GitHub-style anchor of the heading."""
+        slug = re.sub(r"[^\w\- ]", "", self.heading.lower()).strip().replace(" ", "-")
+        return slug
+
+    @property
+    def is_runbook(self) -> bool:
+        return "/runbooks/" in f"/{self.file}"
+
+
+def split_sections(path: Path, relative: str) -> list[Section]:
+    """The sections of one Markdown file; ``###`` and deeper stay inside their ``##`` section."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    page = path.stem
+    sections: list[Section] = []
+    heading, start, body = page, 1, []
+    in_fence = False
+
+    def flush() -> None:
+        text = "\n".join(body).strip("\n")
+        if text.strip():
+            sections.append(Section(relative, page, heading, text, start))
+
+    for number, line in enumerate(lines, 1):
+        if FENCE.match(line):
+            in_fence = not in_fence
+        match = None if in_fence else HEADING.match(line)
+        if match and len(match.group(1)) == 1 and page == path.stem:
+            page = heading = match.group(2)
+            start = number
+            continue
+        if match and len(match.group(1)) == 2:
+            flush()
+            heading, start, body = match.group(2), number, []
+            continue
+        body.append(line)
+    flush()
+    return sections
+
+
+def default_sources(repo_root: Path) -> list[Path]:
+    """What the chatbot reads by default: the runbooks and the operator docs."""
+    return [repo_root / "docs" / "runbooks", repo_root / "docs"]
+
+
+def markdown_files(sources: Iterable[Path]) -> list[Path]:
+    """The Markdown files of the sources, folders read one level deep (see SKIPPED_FILES)."""
+    found: dict[Path, None] = {}
+    for source in sources:
+        candidates = [source] if source.is_file() else sorted(source.glob("*.md"))
+        for path in candidates:
+            if path.suffix == ".md" and path.name.lower() not in SKIPPED_FILES:
+                found[path.resolve()] = None
+    return list(found)
+
+
+@dataclass(frozen=True)
+class Hit:
+    section: Section
+    score: float  # BM25
+
+
+class DocIndex:
+    """BM25 over sections, rebuilt when the files change. Thread-safe."""
+
+    def __init__(self, sources: list[Path], repo_root: Path, recheck_s: float = 2.0) -> None:
+        self.sources = sources
+        self.repo_root = repo_root.resolve()
+        self.recheck_s = recheck_s
+        self.sections: list[Section] = []
+        self.builds = 0
+        self.build_seconds = 0.0
+        self._signature: tuple[tuple[str, int, int], ...] = ()
+        self._checked = 0.0
+        self._lock = threading.Lock()
+        self._bm25: bm25s.BM25 | None = None
+        self._vocab: dict[str, int] = {}
+        self._idf: dict[str, float] = {}
+        self.refresh(force=True)
+
+    # ------------------------------------------------------------------ building
+    def _relative(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.repo_root))
+        except ValueError:
+            return str(path)
+
+    def _current_signature(self) -> tuple[tuple[str, int, int], ...]:
+        entries = []
+        for path in markdown_files(self.sources):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # removed between the listing and the stat
+                continue
+            entries.append((str(path), stat.st_mtime_ns, stat.st_size))
+        return tuple(entries)
+
+    def refresh(self, force: bool = False) -> bool:
+        """Rebuild when the files changed since the last build; True when it rebuilt."""
+        now = time.monotonic()
+        if not force and now - self._checked < self.recheck_s:
+            return False
+        with self._lock:
+            self._checked = now
+            signature = self._current_signature()
+            if not force and signature == self._signature:
+                return False
+            self._build(signature)
+            return True
+
+    def _build(self, signature: tuple[tuple[str, int, int], ...]) -> None:
+        started = time.perf_counter()
+        sections: list[Section] = []
+        for name, _, _ in signature:
+            path = Path(name)
+            try:
+                sections.extend(split_sections(path, self._relative(path)))
+            except OSError as exc:  # a file that vanished or is unreadable: index the rest
+                log.warning("event=index_skip file=%s error=%r", path, str(exc))
+        documents = [self._document_tokens(s) for s in sections]
+        vocab: dict[str, int] = {}
+        for doc in documents:
+            for token in doc:
+                vocab.setdefault(token, len(vocab))
+        bm25 = bm25s.BM25(k1=1.2, b=0.75)
+        if sections:
+            ids = [[vocab[t] for t in doc] or [0] for doc in documents]
+            bm25.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
+        count = max(len(sections), 1)
+        frequency: dict[str, int] = {}
+        for doc in documents:
+            for token in set(doc):
+                frequency[token] = frequency.get(token, 0) + 1
+        self._idf = {t: float(np.log(1 + (count - f + 0.5) / (f + 0.5))) for t, f in frequency.items()}
+        self._vocab, self._bm25, self.sections, self._signature = vocab, bm25, sections, signature
+        self.builds += 1
+        self.build_seconds = time.perf_counter() - started
+        log.info(
+            "event=index_built files=%d sections=%d seconds=%.3f",
+            len(signature),
+            len(sections),
+            self.build_seconds,
+        )
+
+    @staticmethod
+    def _document_tokens(section: Section) -> list[str]:
+        title = tokens(section.page)
+        if section.is_runbook:  # a runbook's title is its alert name: weigh it more
+            title = title * TITLE_WEIGHT
+        heading = tokens(section.heading) * HEADING_WEIGHT if section.heading != section.page else []
+        return [*title, *heading, *tokens(section.text)]
+
+    # ------------------------------------------------------------------ searching
+    def idf(self, token: str) -> float:
+        return self._idf.get(token, 0.0)
+
+    @property
+    def max_idf(self) -> float:
+        """The IDF of a word only one section has: the unit BM25 scores grow in with the corpus."""
+        return max(self._idf.values(), default=1.0)
+
+    def search(self, question: str, k: int = 10) -> list[Hit]:
+        """The k best sections for question, best first (none when no word of it is known)."""
+        self.refresh()
+        with self._lock:
+            bm25, vocab, sections = self._bm25, self._vocab, self.sections
+        query = [t for t in tokens(question) if t in vocab]
+        if not sections or not query or bm25 is None:
+            return []
+        ids = [[vocab[t] for t in query]]
+        k = min(k, len(sections))
+        found, scores = bm25.retrieve(ids, k=k, show_progress=False, n_threads=1)
+        return [
+            Hit(sections[int(doc_id)], float(score))
+            for doc_id, score in zip(found[0], scores[0], strict=True)
+            if score > 0
+        ]
+
+    def section(self, file: str, heading: str) -> Section | None:
+        with self._lock:
+            for section in self.sections:
+                if section.file == file and section.heading == heading:
+                    return section
+        return None
+
+    def file_sections(self, file: str) -> list[Section]:
+        with self._lock:
+            return [s for s in self.sections if s.file == file]

@@ -1,0 +1,267 @@
+"""Live context: the nodes and jobs a question names, and what the cluster says about them right now.
+
+Sources (each optional, each reached over HTTP as in production):
+
+- health service ``GET {health}/v1/nodes/{node}`` ->
+  ``{"node", "state", "since", "reasons": [{"signal", "source", "since", "summary", "runbook", "evidence"}]}``
+- anomaly service ``GET {anomaly}/v1/jobs/{job}/stragglers`` ->
+  ``{"hpc_job", "stragglers": [{"node", "cause", "gpu", "score", "since" (ISO), "evidence"}]}``
+  (404: the job is not running)
+- log search (OpenSearch/Elasticsearch) ``POST {logs}/fleetsight-logs-*/_search``: the node's newest
+  error-level events and Xids of the last day (``host.name``, ``log.level``, ``nvidia.xid.code``,
+  ``message``).
+
+A source that does not answer is reported in ``notes`` ("health service unreachable ..."); the answer
+still comes from the runbooks.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+# Node names as clusters spell them: the twin's n0007, gpu-node-07, dgx-a100-012, node12 ... Anything
+# after the word "node"/"host" that carries a digit counts too ("on node r12c3").
+DEFAULT_NODE_PATTERN = (
+    r"\b(?:n\d{3,6}|(?:[a-z][a-z0-9]*-)+\d{1,6}|(?:node|host|dgx|gpu)\d{1,6})\b"
+    r"|(?<=\bnode )[a-z0-9][a-z0-9-]*\d[a-z0-9-]*\b|(?<=\bhost )[a-z0-9][a-z0-9-]*\d[a-z0-9-]*\b"
+)
+JOB_PATTERN = re.compile(
+    r"\bjob(?:[ _-]?id)?\s*(?:#|:|=|no\.?|number)?\s*(\d{1,12}(?:_\d+)?)\b", re.IGNORECASE
+)
+# Words that look like node names but are not (hardware and software names with digits).
+NOT_NODES = re.compile(
+    r"^(?:xid|sxid|gen|pcie|x|hdr|ndr|h|a|b|sm|fp|bf|int|cuda|nccl|psu|gpu|port|step)-?\d+$"
+)
+MAX_NODES = 4
+# How the service's metrics and the evidence name each source.
+SOURCE_LABELS = {"health service": "health", "anomaly service": "anomaly", "log search": "logs"}
+LOG_INDEX = "fleetsight-logs-*"
+
+
+@dataclass
+class Evidence:
+    """One fact from a live source, cited with where it came from and when."""
+
+    source: str  # "health", "anomaly" or "logs"
+    url: str
+    subject: str  # the node or job it is about
+    summary: str
+    time: str | None = None
+    runbook: str | None = None  # a runbook the source itself names (health reasons do)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "url": self.url,
+            "subject": self.subject,
+            "summary": self.summary,
+            "time": self.time,
+            "runbook": self.runbook,
+        }
+
+
+@dataclass
+class LiveContext:
+    nodes: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # sources that did not answer usably ("health", ...)
+
+    @property
+    def runbooks(self) -> list[str]:
+        """Runbooks the live sources point at: the node's own reasons (the cause: PSUFailed) before the
+        job's (the symptom: StragglerNode)."""
+        seen: dict[str, None] = {}
+        for item in sorted(self.evidence, key=lambda e: e.source != "health"):
+            if item.runbook:
+                seen[item.runbook] = None
+        return list(seen)
+
+
+@dataclass(frozen=True)
+class LiveSources:
+    health_url: str | None = None
+    anomaly_url: str | None = None
+    logs_url: str | None = None
+    health_token: str | None = None
+    timeout_s: float = 1.5
+    node_pattern: str = DEFAULT_NODE_PATTERN
+
+    @property
+    def any(self) -> bool:
+        return bool(self.health_url or self.anomaly_url or self.logs_url)
+
+
+@functools.cache
+def shared_client(timeout_s: float) -> httpx.Client:
+    """One client for all questions: building one loads the TLS trust store (~0.5 s on a busy host),
+    far more than the look-ups themselves. httpx clients are safe to share between threads."""
+    return httpx.Client(timeout=timeout_s, follow_redirects=False)
+
+
+def find_jobs(question: str) -> list[str]:
+    return list(dict.fromkeys(JOB_PATTERN.findall(question)))
+
+
+def find_nodes(question: str, pattern: str = DEFAULT_NODE_PATTERN) -> list[str]:
+    found = [m.group(0) for m in re.finditer(pattern, question.lower())]
+    return [n for n in dict.fromkeys(found) if not NOT_NODES.match(n)][:MAX_NODES]
+
+
+def _unreachable(what: str, url: str, exc: Exception) -> str:
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+    return f"{what} {kind} at {url} ({type(exc).__name__}): live state not included"
+
+
+def node_health(client: httpx.Client, sources: LiveSources, node: str, context: LiveContext) -> None:
+    url = f"{sources.health_url}/v1/nodes/{quote(node, safe='')}"
+    headers = {"Authorization": f"Bearer {sources.health_token}"} if sources.health_token else {}
+    response = client.get(url, headers=headers)
+    if response.status_code == 404:
+        context.notes.append(f"health service does not know node {node}")
+        return
+    if response.status_code in (401, 403):
+        context.notes.append(
+            f"health service refused the read (HTTP {response.status_code}): give the chatbot a token "
+            "with scope read in FLEETSIGHT_CHATBOT_HEALTH_TOKEN"
+        )
+        return
+    if not response.is_success:
+        context.notes.append(f"health service answered HTTP {response.status_code} for node {node}")
+        return
+    body = response.json()
+    state = body.get("state", "unknown")
+    reasons = [r for r in body.get("reasons", []) if isinstance(r, dict) and not r.get("cleared_at")]
+    if not reasons:
+        context.evidence.append(Evidence("health", url, node, f"{node} is {state}", body.get("since")))
+    for reason in reasons:
+        summary = reason.get("summary") or reason.get("signal", "?")
+        runbook = reason.get("runbook") or None
+        context.evidence.append(
+            Evidence("health", url, node, f"{node} is {state}: {summary}", reason.get("since"), runbook)
+        )
+
+
+def job_stragglers(client: httpx.Client, sources: LiveSources, job: str, context: LiveContext) -> list[str]:
+    """Adds the job's stragglers as evidence; returns their nodes."""
+    url = f"{sources.anomaly_url}/v1/jobs/{quote(job, safe='')}/stragglers"
+    response = client.get(url)
+    if response.status_code == 404:
+        context.notes.append(f"anomaly service: job {job} is not running (no recent data)")
+        return []
+    if not response.is_success:
+        context.notes.append(f"anomaly service answered HTTP {response.status_code} for job {job}")
+        return []
+    stragglers = response.json().get("stragglers", [])
+    if not stragglers:
+        context.evidence.append(Evidence("anomaly", url, f"job {job}", f"job {job}: no straggler flagged"))
+    nodes = []
+    for item in stragglers:
+        node = str(item.get("node", "?"))
+        cause = str(item.get("cause", "unknown")).replace("_", " ")
+        gpu = f" GPU {item['gpu']}" if item.get("gpu") is not None else ""
+        summary = f"job {job}: node {node}{gpu} is flagged as a straggler (cause: {cause})"
+        context.evidence.append(
+            Evidence(
+                "anomaly",
+                url,
+                f"job {job}",
+                summary,
+                str(item.get("since")),
+                "docs/runbooks/StragglerNode.md",
+            )
+        )
+        nodes.append(node)
+    return nodes
+
+
+def log_query(node: str) -> dict[str, Any]:
+    return {
+        "size": 5,
+        "sort": [{"@timestamp": {"order": "desc"}}],
+        "query": {
+            "bool": {
+                "filter": [
+                    {"range": {"@timestamp": {"gte": "now-24h"}}},
+                    {"term": {"host.name": node}},
+                ],
+                "should": [
+                    {"terms": {"log.level": ["error", "critical"]}},
+                    {"exists": {"field": "nvidia.xid.code"}},
+                ],
+                "minimum_should_match": 1,
+            }
+        },
+    }
+
+
+def log_line(source: dict[str, Any]) -> str:
+    xid = source.get("nvidia", {}).get("xid") if isinstance(source.get("nvidia"), dict) else None
+    if isinstance(xid, dict) and "code" in xid:
+        return f"Xid {xid['code']}: {xid.get('message') or source.get('message', '')}".strip()
+    return str(source.get("message", ""))[:300]
+
+
+def node_logs(client: httpx.Client, sources: LiveSources, node: str, context: LiveContext) -> None:
+    url = f"{sources.logs_url}/{LOG_INDEX}/_search"
+    response = client.post(
+        url, params={"ignore_unavailable": "true", "allow_no_indices": "true"}, json=log_query(node)
+    )
+    if not response.is_success:
+        context.notes.append(f"log search answered HTTP {response.status_code} for node {node}")
+        return
+    for hit in response.json().get("hits", {}).get("hits", []):
+        source = hit.get("_source", {})
+        context.evidence.append(
+            Evidence("logs", url, node, f"{node}: {log_line(source)}", source.get("@timestamp"))
+        )
+
+
+def gather(question: str, sources: LiveSources) -> LiveContext:
+    """The live context of a question: its jobs' stragglers, then its nodes' health and recent errors."""
+    context = LiveContext(jobs=find_jobs(question), nodes=find_nodes(question, sources.node_pattern))
+    if not (context.jobs or context.nodes):
+        return context
+    if not sources.any:
+        context.notes.append("no live sources configured: answered from the runbooks only")
+        return context
+    down: set[str] = set()  # a source that failed once is not asked again for this question
+
+    def ask(name: str, base: str | None, call: Callable[[], Any]) -> Any:
+        if not base or name in down:
+            return None
+        try:
+            return call()
+        except httpx.HTTPError as exc:
+            down.add(name)
+            context.failed.append(SOURCE_LABELS[name])
+            context.notes.append(_unreachable(name, base, exc))
+        except (ValueError, AttributeError, TypeError, KeyError) as exc:  # not the JSON we expect
+            down.add(name)
+            context.failed.append(SOURCE_LABELS[name])
+            context.notes.append(f"{name} at {base} answered something unreadable ({type(exc).__name__})")
+        return None
+
+    client = shared_client(sources.timeout_s)
+    for job in context.jobs:
+        flagged = ask(
+            "anomaly service",
+            sources.anomaly_url,
+            lambda: job_stragglers(client, sources, job, context),  # noqa: B023 - called at once
+        )
+        for node in flagged or []:
+            if node not in context.nodes:
+                context.nodes.append(node)
+    for node in context.nodes[:MAX_NODES]:
+        # Both lambdas are called at once, inside this iteration.
+        ask("health service", sources.health_url, lambda: node_health(client, sources, node, context))  # noqa: B023
+        ask("log search", sources.logs_url, lambda: node_logs(client, sources, node, context))  # noqa: B023
+    return context

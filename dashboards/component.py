@@ -1,0 +1,33 @@
+"""Dashboards and the executive report: CLI verbs and what `fleetsight setup` installs to check them.
+
+Grafana itself cannot run here (shared/STACK.md); docker-compose.yml provisions the JSON files of this
+folder. Locally the dashboards are checked with Grafana's TypeScript types and a real Prometheus.
+"""
+
+from __future__ import annotations
+
+from fleetsight.setup import InstallStep, apt_step
+
+from .npm import install_npm, npm_installed
+
+CLI = {
+    "dashboards": (".cli", "persona dashboards as code: build, list, verify"),
+    "report": (".report_cli", "the weekly executive report (HTML with plots, and JSON)"),
+}
+INSTALL_STEPS = [
+    apt_step(
+        "chromium",
+        "Debian's Chromium and ChromeDriver, headless, for browser tests (report, web chat)",
+        "report and chatbot browser tests",
+        {"chromium": "chromium", "chromium-driver": "chromedriver"},
+        eta="~40 s",
+    ),
+    InstallStep(
+        name="grafana-schema",
+        description="TypeScript and Grafana's dashboard types (@grafana/schema) from npm",
+        needed_by="dashboard type checks",
+        check=npm_installed,
+        install=install_npm,
+        eta="~10 s",
+    ),
+]

@@ -1,0 +1,78 @@
+"""The health service in the local stack: it reads the stack's Alertmanager and Prometheus (and the
+twin's slurmrestd-style jobs endpoint), and Prometheus scrapes its ``fleetsight_node_health_state``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fleetsight.components import Component, http_ok
+from fleetsight.settings import Settings
+from fleetsight.setup import apt_step
+
+
+def command(settings: Settings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "fleetsight.cli",
+        "health",
+        "serve",
+        "--listen",
+        f"127.0.0.1:{settings.port('health')}",
+        "--alertmanager-url",
+        settings.url("alertmanager"),
+        "--prometheus-url",
+        settings.url("prometheus"),
+        "--scheduler-url",
+        settings.url("twin", "/slurm/v0.0.40"),
+        "--state-dir",
+        str(settings.data_dir("health")),
+        "--cluster",
+        "demo",
+    ]
+
+
+def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_name": "fleetsight-health",
+            "scrape_interval": "15s",
+            "static_configs": [{"targets": [f"127.0.0.1:{settings.port('health')}"]}],
+        }
+    ]
+
+
+COMPONENTS = [
+    Component(
+        name="health",
+        description="Health service: one state per node with reasons, REST API for Slurm/LSF",
+        command=command,
+        ready=lambda s: http_ok(s.url("health", "/-/ready")),
+        urls=lambda s: {"api": s.url("health", "/v1/nodes"), "docs": s.url("health", "/docs")},
+        scrape_configs=scrape_configs,
+        depends_on=("alertmanager",),
+        ready_timeout_s=30.0,
+    ),
+]
+
+# health 141; `fleetsight health slurm-local`: slurmctld 160 (its slurmd take free ports; 161-169 are
+# kept for more Slurm daemons).
+PORTS = {"health": 141, "slurmctld": 160}
+CLI = {"health": (".cli", "the node health service, Slurm/LSF sync and the prolog check")}
+INSTALL_STEPS = [
+    apt_step(
+        "slurm",
+        "Slurm 22.05 (slurmctld, slurmd, slurmrestd, client) and munge: the health tests run a real Slurm",
+        "health",
+        {
+            "slurmctld": "slurmctld",
+            "slurmd": "slurmd",
+            "slurmrestd": "slurmrestd",
+            "slurm-client": "scontrol",
+            "munge": "munged",
+        },
+        eta="~40 s",
+    )
+]
+START_PRIORITY = 60

@@ -1,0 +1,237 @@
+"""``fleetsight logs``: set up the log path (topics, pipelines, policies, templates) and search it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from fleetsight.settings import Settings
+
+from . import search as search_mod
+from .apply import ApplyError, apply_all
+from .xid_lookup import KERNEL_PIPELINE, write_catalog
+
+console = Console()
+
+
+def default_kafka() -> str:
+    return f"127.0.0.1:{Settings().port('kafka')}"
+
+
+def default_search_url() -> str:
+    return Settings().url("opensearch")
+
+
+@click.group()
+def cli() -> None:
+    """The log path: rsyslog -> Kafka -> ingest pipelines -> OpenSearch/Elasticsearch.
+
+    \b
+    Examples:
+      fleetsight logs apply
+      fleetsight logs search --node n0003 --xid
+      fleetsight logs search --job 2001 --errors
+    """
+
+
+@cli.command()
+@click.option(
+    "--kafka", "bootstrap", default=None, help="Kafka bootstrap servers [default: the local stack's]."
+)
+@click.option(
+    "--url", "search_url", default=None, help="OpenSearch/Elasticsearch URL [default: the local stack's]."
+)
+@click.option("--skip-kafka", is_flag=True, help="Leave Kafka alone (only the search side).")
+@click.option("--skip-search", is_flag=True, help="Leave OpenSearch/Elasticsearch alone (only topics).")
+def apply(bootstrap: str | None, search_url: str | None, skip_kafka: bool, skip_search: bool) -> None:
+    """Create or update the Kafka topics, ingest pipelines, lifecycle policies (ISM on OpenSearch, ILM on
+    Elasticsearch) and index templates. Idempotent: a second run reports everything unchanged.
+
+    \b
+    Examples:
+      fleetsight logs apply
+      fleetsight logs apply --kafka kafka-1:9092,kafka-2:9092 --url http://elasticsearch:9200
+      fleetsight logs apply --skip-kafka --url http://127.0.0.1:9200
+    """
+    kafka = None if skip_kafka else (bootstrap or default_kafka())
+    url = None if skip_search else (search_url or default_search_url())
+    try:
+        outcomes = apply_all(kafka, url)
+    except ApplyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table(title="fleetsight logs apply")
+    for column in ("kind", "name", "status"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for outcome in outcomes:
+        table.add_row(outcome.kind, outcome.name, outcome.status, outcome.detail)
+    console.print(table)
+
+
+@cli.command()
+@click.argument("text", required=False)
+@click.option("--node", help="Only this node (host.name).")
+@click.option("--job", help="Only this scheduler job (its ranks' logs).")
+@click.option("--xid", "xid_only", is_flag=True, help="Only NVRM Xid events.")
+@click.option(
+    "--action", "actions", multiple=True, help="Only this event.action (repeatable), e.g. cuda_error."
+)
+@click.option("--errors", "errors_only", is_flag=True, help="Only error and critical events.")
+@click.option("--class", "log_class", help="Only this log class: kernel, fabricmanager, application, bmc.")
+@click.option("--since", default="24h", show_default=True, help="How far back: 30m, 24h, 7d.")
+@click.option("--limit", default=50, show_default=True, help="At most this many rows (newest first).")
+@click.option(
+    "--url", "search_url", default=None, help="OpenSearch/Elasticsearch URL [default: the local stack's]."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the documents as JSON lines instead of a table.")
+def search(
+    text: str | None,
+    node: str | None,
+    job: str | None,
+    xid_only: bool,
+    actions: tuple[str, ...],
+    errors_only: bool,
+    log_class: str | None,
+    since: str,
+    limit: int,
+    search_url: str | None,
+    as_json: bool,
+) -> None:
+    """Search the parsed logs; TEXT is an optional query on the raw line (Lucene syntax).
+
+    \b
+    Examples:
+      fleetsight logs search --node n0003 --xid                the Xids of a node in the last day
+      fleetsight logs search --job 2001 --errors               the errors of job 2001
+      fleetsight logs search --action nccl_timeout --since 2h
+      fleetsight logs search '"fallen off the bus"' --since 7d
+    """
+    question = search_mod.Question(
+        node=node,
+        job=job,
+        actions=[*actions, *(["xid"] if xid_only else [])],
+        errors_only=errors_only,
+        since=since,
+        text=text,
+        log_class=log_class,
+        limit=limit,
+    )
+    try:
+        total, sources = search_mod.run(search_url or default_search_url(), question)
+    except (ApplyError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        for source in sources:
+            sys.stdout.write(json.dumps(source, sort_keys=True) + "\n")
+        return
+    table = Table(title=f"{total} event(s), newest {len(sources)} shown", expand=True)
+    for column, options in (
+        ("time", {"no_wrap": True}),
+        ("node", {"no_wrap": True}),
+        ("job/rank", {"no_wrap": True}),
+        ("event", {"no_wrap": True}),
+        ("level", {"no_wrap": True}),
+        ("what", {"overflow": "fold", "ratio": 1}),
+    ):
+        table.add_column(column, **options)
+    for source in sources:
+        meta = source.get("fleetsight", {})
+        job_rank = f"{meta['hpc_job']}/{meta.get('rank', '-')}" if "hpc_job" in meta else ""
+        table.add_row(
+            str(source.get("@timestamp", ""))[:19].replace("T", " "),
+            source.get("host", {}).get("name", ""),
+            job_rank,
+            source.get("event", {}).get("action", ""),
+            source.get("log", {}).get("level", ""),
+            search_mod.summary(source),
+        )
+    console.print(table)
+
+
+@cli.command()
+@click.option("--check", is_flag=True, help="Exit 1 if the kernel pipeline's lookup differs; write nothing.")
+def generate(check: bool) -> None:
+    """Write the Xid lookup of pipelines/ingest/kernel.json from fleetsight/xid_catalog.py (one source).
+
+    \b
+    Examples:
+      fleetsight logs generate
+      fleetsight logs generate --check
+    """
+    if check:
+        from .xid_lookup import catalog_params, embedded_params
+
+        if embedded_params() != catalog_params():
+            raise click.ClickException(f"{KERNEL_PIPELINE} is out of date: run `fleetsight logs generate`")
+        console.print(f"{KERNEL_PIPELINE.name}: up to date")
+        return
+    changed = write_catalog()
+    console.print(f"{KERNEL_PIPELINE.name}: {'rewritten' if changed else 'already up to date'}")
+
+
+@cli.command("kibana-import")
+@click.option("--url", "kibana_url", required=True, help="Kibana's URL, e.g. http://kibana:5601.")
+def kibana_import(kibana_url: str) -> None:
+    """Import the log path's data views, saved searches and dashboard into Kibana (idempotent: our
+    objects have fixed ids and are overwritten).
+
+    \b
+    Examples:
+      fleetsight logs kibana-import --url http://kibana:5601
+    """
+    from .kibana import SAVED_OBJECTS, import_saved_objects
+
+    try:
+        answer = import_saved_objects(kibana_url)
+    except (ValueError, httpx.HTTPError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(
+        f"{SAVED_OBJECTS.name}: {answer.get('successCount', 0)} object(s) imported into {kibana_url}"
+    )
+
+
+@cli.command("rsyslog-config")
+@click.option("--role", type=click.Choice(["node", "shipper"]), default="node", show_default=True)
+@click.option(
+    "--broker", "brokers", multiple=True, required=True, help="Kafka bootstrap host:port (repeatable)."
+)
+@click.option("--cluster", default="default", show_default=True, help="Cluster name carried by every record.")
+@click.option(
+    "--work-dir", default="/var/spool/rsyslog", show_default=True, help="rsyslog's state and queues."
+)
+@click.option(
+    "--url", "search_url", default="http://elasticsearch:9200", show_default=True, help="Shipper only."
+)
+def rsyslog_config(role: str, brokers: tuple[str, ...], cluster: str, work_dir: str, search_url: str) -> None:
+    """Print the rsyslog configuration of a real node (files under /var/log -> Kafka) or of a shipper
+    (Kafka -> Elasticsearch through the ingest pipelines). Check it with `rsyslogd -N1 -f FILE`.
+
+    \b
+    Examples:
+      fleetsight logs rsyslog-config --broker kafka-1:9092 --cluster prod-a > /etc/rsyslog.d/fleetsight.conf
+      fleetsight logs rsyslog-config --role shipper --broker kafka:9092 --url http://es:9200
+    """
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from .rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
+
+    if role == "node":
+        sys.stdout.write(
+            node_config(NodeOptions(brokers=list(brokers), work_dir=Path(work_dir), cluster=cluster))
+        )
+        return
+    url = urlparse(search_url)
+    options = ShipperOptions(
+        brokers=list(brokers),
+        es_host=url.hostname or "localhost",
+        es_port=url.port or 9200,
+        work_dir=Path(work_dir),
+        error_file=Path(work_dir) / "rejected.jsonl",
+    )
+    sys.stdout.write(shipper_config(options))

@@ -1,0 +1,261 @@
+"""The log path in the local stack: Kafka, OpenSearch, the node-side rsyslog reading the twin's logs,
+the rsyslog shipper (Kafka -> ingest pipelines -> OpenSearch, the local stand-in for Logstash) and
+ElastAlert2 (log alerts -> Alertmanager)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import uuid
+from pathlib import Path
+
+from fleetsight.components import Component, http_ok, missing_binary
+from fleetsight.settings import Settings
+
+from . import install
+from .elastalert import (
+    ELASTALERT_INSTALL_STEP,
+    elastalert_command,
+    elastalert_missing,
+    prepare_elastalert,
+)
+from .rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
+
+LOCAL_CLUSTER = "twin"
+
+
+# -- Kafka ------------------------------------------------------------------------------------------
+
+
+def kafka_bootstrap(settings: Settings) -> str:
+    return f"127.0.0.1:{settings.port('kafka')}"
+
+
+def kafka_properties(settings: Settings) -> Path:
+    return settings.config_dir("kafka") / "server.properties"
+
+
+def prepare_kafka(settings: Settings) -> None:
+    """server.properties, and the storage formatted once (KRaft needs a cluster id in meta.properties)."""
+    data = settings.data_dir("kafka")
+    data.mkdir(parents=True, exist_ok=True)
+    properties = kafka_properties(settings)
+    properties.parent.mkdir(parents=True, exist_ok=True)
+    properties.write_text(
+        install.kafka_server_properties(
+            node_id=1,
+            broker_port=settings.port("kafka"),
+            controller_port=settings.port("kafka_controller"),
+            log_dir=data,
+        )
+        + "auto.create.topics.enable=false\n"
+    )
+    if not (data / "meta.properties").is_file():
+        # KRaft: a cluster id (16 random bytes, URL-safe base64) written into the storage once.
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        command = install.kafka_java_command(
+            settings,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(properties),
+            heap="128m",
+        )
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+
+def kafka_ready(settings: Settings) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        admin = AdminClient(
+            {"bootstrap.servers": kafka_bootstrap(settings), "socket.timeout.ms": 2000, "log_level": 0}
+        )
+        return len(admin.list_topics(timeout=2).brokers) >= 1
+    except Exception:  # the client raises KafkaException until the broker answers
+        return False
+
+
+# -- OpenSearch -------------------------------------------------------------------------------------
+
+
+def opensearch_dir(settings: Settings) -> Path:
+    return settings.data_dir("opensearch")
+
+
+def prepare_opensearch(settings: Settings) -> None:
+    install.prepare_opensearch_instance(
+        settings,
+        opensearch_dir(settings),
+        http_port=settings.port("opensearch"),
+        transport_port=settings.port("opensearch_transport"),
+    )
+
+
+def opensearch_env(settings: Settings) -> dict[str, str]:
+    instance = opensearch_dir(settings)
+    return {
+        "OPENSEARCH_PATH_CONF": str(instance / "config"),
+        "OPENSEARCH_JAVA_HOME": str(install.java_home()),
+        "OPENSEARCH_TMPDIR": str(instance / "tmp"),
+    }
+
+
+def opensearch_missing(settings: Settings) -> str | None:
+    if not install.opensearch_present(settings):
+        return "not installed: OpenSearch (run `fleetsight setup`)"
+    return None
+
+
+# -- rsyslog: node side and shipper ------------------------------------------------------------------
+
+
+def rsyslog_dir(settings: Settings, role: str) -> Path:
+    return settings.data_dir(f"rsyslog-{role}")
+
+
+def twin_nodes_root(settings: Settings) -> Path:
+    return settings.data_dir("twin") / "nodes"
+
+
+def prepare_node(settings: Settings) -> None:
+    work = rsyslog_dir(settings, "node")
+    work.mkdir(parents=True, exist_ok=True)
+    twin_nodes_root(settings).mkdir(parents=True, exist_ok=True)
+    options = NodeOptions(
+        brokers=[kafka_bootstrap(settings)],
+        work_dir=work,
+        cluster=LOCAL_CLUSTER,
+        files_root=str(twin_nodes_root(settings)),
+        node_from_path=True,
+        stats_file=work / "impstats.json",
+    )
+    config = settings.config_dir("rsyslog-node") / "rsyslog.conf"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(node_config(options))
+
+
+def prepare_shipper(settings: Settings) -> None:
+    """Topics, pipelines, templates first (Kafka and OpenSearch are ready), then the shipper's config."""
+    from .apply import apply_all
+
+    apply_all(kafka_bootstrap(settings), settings.url("opensearch"))
+    work = rsyslog_dir(settings, "shipper")
+    work.mkdir(parents=True, exist_ok=True)
+    options = ShipperOptions(
+        brokers=[kafka_bootstrap(settings)],
+        es_host="127.0.0.1",
+        es_port=settings.port("opensearch"),
+        work_dir=work,
+        error_file=work / "rejected.jsonl",
+        stats_file=work / "impstats.json",
+    )
+    config = settings.config_dir("rsyslog-shipper") / "rsyslog.conf"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(shipper_config(options))
+
+
+def rsyslog_command(settings: Settings, role: str) -> list[str]:
+    config = settings.config_dir(f"rsyslog-{role}") / "rsyslog.conf"
+    pid_file = rsyslog_dir(settings, role) / "rsyslogd.pid"
+    return ["rsyslogd", "-n", "-f", str(config), "-i", str(pid_file)]
+
+
+def rsyslog_ready(settings: Settings, role: str) -> bool:
+    """rsyslogd writes its pid file once its configuration is loaded and inputs are running."""
+    pid_file = rsyslog_dir(settings, role) / "rsyslogd.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return Path(f"/proc/{pid}").exists()
+
+
+def rsyslog_missing(settings: Settings) -> str | None:
+    modules = Path("/usr/lib/x86_64-linux-gnu/rsyslog")
+    reason = missing_binary("rsyslogd")
+    if reason is None and modules.is_dir() and not (modules / "omkafka.so").is_file():
+        reason = "rsyslog-kafka is not installed (apt-get install rsyslog-kafka rsyslog-elasticsearch)"
+    return reason
+
+
+COMPONENTS = [
+    Component(
+        name="kafka",
+        description="Kafka (KRaft): one topic per log class",
+        command=lambda s: install.kafka_java_command(s, "kafka.Kafka", str(kafka_properties(s))),
+        prepare=prepare_kafka,
+        ready=kafka_ready,
+        urls=lambda s: {"bootstrap": kafka_bootstrap(s)},
+        missing=lambda s: (
+            None if install.kafka_present(s) else "not installed: Kafka (run `fleetsight setup`)"
+        ),
+        ready_timeout_s=120.0,
+    ),
+    Component(
+        name="opensearch",
+        description="OpenSearch: parsed logs, searchable (fleetsight logs search)",
+        command=install.opensearch_command,
+        prepare=prepare_opensearch,
+        env=opensearch_env,
+        ready=lambda s: http_ok(s.url("opensearch", "/_cluster/health?wait_for_status=yellow&timeout=1s")),
+        urls=lambda s: {"api": s.url("opensearch"), "search": "fleetsight logs search --help"},
+        missing=opensearch_missing,
+        ready_timeout_s=180.0,
+    ),
+    Component(
+        name="logs-shipper",
+        description="rsyslog imkafka -> OpenSearch through the ingest pipelines (Logstash's part locally)",
+        command=lambda s: rsyslog_command(s, "shipper"),
+        prepare=prepare_shipper,
+        ready=lambda s: rsyslog_ready(s, "shipper"),
+        urls=lambda s: {"rejected": str(rsyslog_dir(s, "shipper") / "rejected.jsonl")},
+        missing=rsyslog_missing,
+        depends_on=("kafka", "opensearch"),
+    ),
+    Component(
+        name="logs-node",
+        description="rsyslog on the nodes: the twin's kernel and job logs -> Kafka",
+        command=lambda s: rsyslog_command(s, "node"),
+        prepare=prepare_node,
+        ready=lambda s: rsyslog_ready(s, "node"),
+        urls=lambda s: {"reads": str(twin_nodes_root(s))},
+        missing=rsyslog_missing,
+        depends_on=("kafka", "logs-shipper", "twin"),
+    ),
+    Component(
+        name="elastalert",
+        description="ElastAlert2: alerts from logs -> Alertmanager",
+        command=elastalert_command,
+        prepare=prepare_elastalert,
+        ready=lambda s: elastalert_ready(s),
+        missing=elastalert_missing,
+        depends_on=("opensearch", "alertmanager"),
+        ready_timeout_s=120.0,
+    ),
+]
+
+
+def elastalert_ready(settings: Settings) -> bool:
+    """ElastAlert2 is up once it has written its status index entry for a first run, or says so."""
+    log = settings.log_file("elastalert")
+    try:
+        text = log.read_text(errors="replace")[-20000:]
+    except OSError:
+        return False
+    return "Starting up" in text or "Ran " in text or "Queried rule" in text
+
+
+PORTS = {
+    "kafka": 120,
+    "kafka_controller": 121,
+    "opensearch": 130,
+    "opensearch_transport": 131,
+}
+CLI = {"logs": (".cli", "the log path: apply topics/pipelines/templates, search parsed logs")}
+INSTALL_STEPS = [*install.INSTALL_STEPS, ELASTALERT_INSTALL_STEP]
+START_PRIORITY = 30
+
+__all__ = ["CLI", "COMPONENTS", "INSTALL_STEPS", "PORTS", "START_PRIORITY"]

@@ -1,0 +1,120 @@
+"""ElastAlert2 in the local stack: installed into its own venv (its pinned elasticsearch 7 client does not
+fit the project's), configured from alerting/elastalert/ (the production files) with the local hosts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from fleetsight.settings import Settings
+from fleetsight.setup import InstallError, InstallStep, run_logged
+
+ELASTALERT_VERSION = "2.19.0"  # the last release for Python 3.11 (later ones need 3.12+)
+PYTZ_VERSION = "2026.6"  # imported by elastalert2, not declared by it
+ELASTALERT_DIR = Path(__file__).resolve().parent.parent / "alerting" / "elastalert"
+PRODUCTION_CONFIG = ELASTALERT_DIR / "config.yaml"
+RULES_DIR = ELASTALERT_DIR / "rules"
+STAMP = f"elastalert2 {ELASTALERT_VERSION} pytz {PYTZ_VERSION}"
+
+
+def venv_dir(settings: Settings) -> Path:
+    return settings.cache_dir / "elastalert"
+
+
+def venv_bin(settings: Settings, name: str) -> Path:
+    return venv_dir(settings) / "bin" / name
+
+
+def elastalert_present(settings: Settings) -> bool:
+    stamp = venv_dir(settings) / "fleetsight.stamp"
+    return (
+        venv_bin(settings, "elastalert").is_file() and stamp.is_file() and stamp.read_text().strip() == STAMP
+    )
+
+
+def install_elastalert(settings: Settings, log: Path) -> None:
+    venv = venv_dir(settings)
+    settings.cache_dir.mkdir(parents=True, exist_ok=True)
+    python = sys.executable if sys.version_info < (3, 12) else "python3"
+    try:
+        run_logged([python, "-m", "venv", "--clear", str(venv)], log)
+        run_logged(
+            [
+                str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                f"elastalert2=={ELASTALERT_VERSION}", f"pytz=={PYTZ_VERSION}",
+            ],
+            log,
+        )  # fmt: skip
+    except InstallError as exc:
+        raise InstallError(f"could not install ElastAlert2 into {venv} ({exc}); see the log") from exc
+    (venv / "fleetsight.stamp").write_text(STAMP + "\n")
+
+
+ELASTALERT_INSTALL_STEP = InstallStep(
+    name="elastalert",
+    description=f"ElastAlert2 {ELASTALERT_VERSION} in its own venv (PyPI)",
+    needed_by="elastalert, alerts from logs",
+    check=elastalert_present,
+    install=install_elastalert,
+    eta="~40 s",
+)
+
+
+def elastalert_missing(settings: Settings) -> str | None:
+    if not elastalert_present(settings):
+        return "not installed: ElastAlert2 (run `fleetsight setup`)"
+    return None
+
+
+def local_rules_dir(settings: Settings) -> Path:
+    return settings.config_dir("elastalert") / "rules"
+
+
+def local_config_path(settings: Settings) -> Path:
+    return settings.config_dir("elastalert") / "config.yaml"
+
+
+def local_config(settings: Settings) -> dict:
+    config = yaml.safe_load(PRODUCTION_CONFIG.read_text())
+    config.update(
+        {
+            "es_host": "127.0.0.1",
+            "es_port": settings.port("opensearch"),
+            "rules_folder": str(local_rules_dir(settings)),
+        }
+    )
+    return config
+
+
+def local_rule(settings: Settings, rule: dict) -> dict:
+    """The production rule with the local Alertmanager; nothing else changes."""
+    return {**rule, "alertmanager_hosts": [settings.url("alertmanager")]}
+
+
+def prepare_elastalert(settings: Settings) -> None:
+    rules = local_rules_dir(settings)
+    rules.mkdir(parents=True, exist_ok=True)
+    for old in rules.glob("*.yaml"):
+        old.unlink()
+    for path in sorted(RULES_DIR.glob("*.yaml")):
+        rule = yaml.safe_load(path.read_text())
+        (rules / path.name).write_text(yaml.safe_dump(local_rule(settings, rule), sort_keys=False))
+    config = local_config_path(settings)
+    config.write_text(yaml.safe_dump(local_config(settings), sort_keys=False))
+    # Its writeback indices (status, silences, errors); idempotent, single node: no replicas.
+    result = subprocess.run(
+        [str(venv_bin(settings, "elastalert-create-index")), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=settings.config_dir("elastalert"),
+    )
+    if result.returncode != 0 and "already exists" not in (result.stdout + result.stderr):
+        raise ValueError(f"elastalert-create-index failed: {(result.stdout + result.stderr)[-500:]}")
+
+
+def elastalert_command(settings: Settings) -> list[str]:
+    return [str(venv_bin(settings, "elastalert")), "--config", str(local_config_path(settings)), "--verbose"]

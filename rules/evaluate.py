@@ -1,0 +1,611 @@
+"""Detection quality of the alert rules on the digital twin, scored against its ground truth.
+
+For each scenario:
+1. `fleetsight twin backfill` writes the scenario's history as TSDB blocks (promtool), at the
+   scenario's own timestamps, and the ground truth comes from the twin (the truth file beside the
+   blocks, `--truth`, or a max-speed `twin run` of the same scenario and start).
+2. A real Prometheus serves the blocks (started here, on a free loopback port, no scraping).
+3. The recording rules the alerts need are computed over the whole span with
+   `promtool tsdb create-blocks-from rules`, level by level (a record that reads another record is
+   computed after it), and loaded into that Prometheus.
+4. Each alert's expression is evaluated over the span with a range query at the rule evaluation
+   interval; `for:` is applied as Prometheus applies it (the condition must hold at every evaluation
+   for that long), which gives each alert's firing episodes.
+5. Episodes are matched to the truth's faults by node and time: caught, missed, false alerts, and the
+   delay from fault onset to firing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from fleetsight.xid_catalog import lookup as xid_lookup
+
+from .ruleset import CONTEXT_METRICS, Rule, load_rules, parse_duration, recording_levels, source_metrics
+
+EVAL_INTERVAL_S = 15.0  # the rule evaluation interval of metrics/prometheus.yml
+MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points per series
+# An alert that starts within this long after a fault ends still belongs to it (windows of 10 minutes
+# in the rules, and `for:` durations, keep alerts firing a little after the fault).
+AFTER_END_GRACE_S = 15 * 60
+DEFAULT_START = "2026-01-05T00:00:00Z"
+READY_TIMEOUT_S = 60.0
+
+# Which alerts catch which fault kind (Xid faults depend on their code: see expected_alerts).
+EXPECTED_BY_KIND: dict[str, tuple[str, ...]] = {
+    "psu_failure": ("PSUFailed", "GPUPowerBrakeActive"),
+    "thermal_throttle": ("GPUThermalThrottling",),
+    "pcie_downgrade": ("PCIeLinkDowngraded", "PCIeBandwidthDegraded"),
+    "ib_link_flap": ("InfiniBandLinkFlapping", "InfiniBandSymbolErrors"),
+    "ib_port_down": ("InfiniBandPortDown",),
+    "hbm_row_remap": ("GPURowRemapPending",),
+    "host_crash": ("NodeDown",),
+    "nvswitch_fatal": ("NVSwitchFatal",),
+    "lustre_ost_slow": ("LustreOSTSlow", "LustreClientErrors"),
+    "gray_slow_node": ("StragglerNode",),
+    "loss_spike": (),  # application logs: the log pipeline's alerts, not Prometheus rules
+}
+
+
+class EvaluationError(RuntimeError):
+    """A step of the evaluation failed; the message names it."""
+
+
+@dataclass
+class Fault:
+    id: str
+    kind: str
+    onset: float
+    end: float
+    node: str | None = None
+    code: int | None = None
+    benign: bool = False
+
+    def expected_alerts(self) -> tuple[str, ...]:
+        if self.benign:
+            return ()
+        if self.kind != "xid":
+            return EXPECTED_BY_KIND.get(self.kind, ())
+        if self.code == 79:
+            return ("GPUFellOffBus",)
+        if self.code == 74:
+            return ("GPUNVLinkErrors",)
+        if self.code is not None and xid_lookup(self.code).action in (
+            "reset_gpu",
+            "check_hardware",
+            "reboot_node",
+        ):
+            return ("GPUXidUncorrectable", "GPURowRemapPending", "GPURowRemapFailed")
+        return ()  # application Xids (13, 31, 43, ...): the job's own error, no hardware alert
+
+
+@dataclass
+class Episode:
+    """One alert instance (label set) firing from start to end (seconds)."""
+
+    alertname: str
+    labels: dict[str, str]
+    start: float
+    end: float
+    fault: str | None = None
+
+
+@dataclass
+class AlertScore:
+    alertname: str
+    observable: bool
+    episodes: int = 0
+    true_episodes: int = 0
+    false_episodes: int = 0
+    faults_caught: int = 0
+    delays_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class KindScore:
+    kind: str
+    faults: int = 0
+    expected: tuple[str, ...] = ()
+    caught: int = 0
+    missed: int = 0
+    not_observable: int = 0
+    no_alert_expected: int = 0
+    delays_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    start: str
+    end: str
+    faults: int
+    metrics_present: list[str]
+    alerts: dict[str, AlertScore]
+    kinds: dict[str, KindScore]
+    false_alerts: list[dict[str, Any]]
+    missed_faults: list[dict[str, Any]]
+    wall_seconds: float
+
+
+# ---------------------------------------------------------------------------------------- truth
+
+
+def load_truth(path: Path) -> list[Fault]:
+    """The twin's ground truth, one JSON object per line. Accepts the layouts the twin has written:
+    `target.node`, `node` at the top level, `benign: true` for disturbances that are not faults."""
+    faults = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            target = entry.get("target") or {}
+            code = target.get("code") if entry.get("kind") == "xid" else None
+            if entry.get("kind") == "xid" and not code:
+                code = entry.get("magnitude")
+            faults.append(
+                Fault(
+                    id=str(entry.get("id", f"line{number}")),
+                    kind=str(entry["kind"]),
+                    onset=float(entry["onset_unix"]),
+                    end=float(entry["end_unix"]),
+                    node=target.get("node") or entry.get("node"),
+                    code=int(code) if code else None,
+                    benign=bool(entry.get("benign", False)),
+                )
+            )
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+            raise EvaluationError(
+                f"{path}:{number}: not a truth line the scorer understands ({exc})"
+            ) from exc
+    return faults
+
+
+# ------------------------------------------------------------------------------------ scenarios
+
+
+@dataclass
+class ScenarioSpan:
+    name: str
+    start: float
+    duration: float
+
+
+def scenario_span(
+    path: Path, start_override: str | None = None, duration_override: str | None = None
+) -> ScenarioSpan:
+    document = yaml.safe_load(path.read_text()) or {}
+    start_text = start_override or str(document.get("start") or DEFAULT_START)
+    duration = parse_duration(duration_override or str(document.get("duration", "20m")))
+    return ScenarioSpan(str(document.get("name", path.stem)), iso_to_unix(start_text), duration)
+
+
+def iso_to_unix(text: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def unix_to_iso(value: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fleetsight(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "fleetsight.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise EvaluationError(
+            f"`fleetsight {' '.join(args)}` failed: {(result.stderr or result.stdout)[-1500:]}"
+        )
+    return result
+
+
+def backfill(scenario: Path, span: ScenarioSpan, blocks: Path, duration: str | None) -> None:
+    args = ["twin", "backfill", "--scenario", str(scenario), "--out", str(blocks)]
+    args += ["--end", unix_to_iso(span.start + span.duration)]
+    if duration:
+        args += ["--duration", duration]
+    fleetsight(*args)
+
+
+def truth_file(scenario: Path, span: ScenarioSpan, blocks: Path, work: Path, duration: str | None) -> Path:
+    """Where the truth is: beside the blocks if the twin wrote it there, else from a max-speed run of
+    the same scenario from the same start (the twin is deterministic)."""
+    for candidate in (blocks.with_name(blocks.name + ".truth.jsonl"), blocks / "truth.jsonl"):
+        if candidate.exists():
+            return candidate
+    run_dir = work / "twin-run"
+    args = [
+        "twin",
+        "run",
+        "--scenario",
+        str(scenario),
+        "--out",
+        str(run_dir),
+        "--start",
+        unix_to_iso(span.start),
+    ]
+    if duration:
+        args += ["--duration", duration]
+    fleetsight(*args)
+    for candidate in (run_dir.with_name(run_dir.name + ".truth.jsonl"), run_dir / "truth.jsonl"):
+        if candidate.exists():
+            shutil.rmtree(run_dir / "nodes", ignore_errors=True)  # the trees are large; only truth is needed
+            return candidate
+    raise EvaluationError(f"the twin wrote no truth file for {scenario}")
+
+
+# ----------------------------------------------------------------------------------- Prometheus
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def prometheus(data_dir: Path, log: Path) -> Iterator[str]:
+    """A Prometheus on a free loopback port serving data_dir (no scraping, no rules); yields its URL."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise EvaluationError(
+            "prometheus is not installed (apt-get install prometheus, or `fleetsight setup`)"
+        )
+    config = data_dir.parent / "prometheus-eval.yml"
+    config.write_text("global:\n  evaluation_interval: 15s\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with log.open("a") as out:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={data_dir}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=100y",  # scenarios may lie in the past
+                "--query.max-samples=200000000",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready(url):
+            if process.poll() is not None:
+                raise EvaluationError(f"prometheus exited with {process.returncode}; see {log}")
+            if time.monotonic() > deadline:
+                raise EvaluationError(f"prometheus was not ready after {READY_TIMEOUT_S:.0f} s; see {log}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def query_range(url: str, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+    response = httpx.post(
+        f"{url}/api/v1/query_range",
+        data={"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+        timeout=600,
+    )
+    body = response.json()
+    if body.get("status") != "success":
+        raise EvaluationError(f"query failed ({body.get('error', response.status_code)}): {expr[:200]}")
+    return body["data"]["result"]
+
+
+def metric_names(url: str, start: float, end: float) -> set[str]:
+    response = httpx.get(
+        f"{url}/api/v1/label/__name__/values",
+        params={"start": f"{start:.0f}", "end": f"{end:.0f}"},
+        timeout=60,
+    )
+    return set(response.json().get("data", []))
+
+
+def write_rule_file(path: Path, rules: list[Rule]) -> None:
+    """One group per level: promtool evaluates a file's rules against the server as it is."""
+    group = {"name": "evaluation", "rules": [{"record": r.name, "expr": r.expr} for r in rules]}
+    path.write_text(yaml.safe_dump({"groups": [group]}, sort_keys=False))
+
+
+def record_level(
+    url: str, rules: list[Rule], start: float, end: float, step: float, work: Path, data_dir: Path
+) -> None:
+    """Compute one level of recording rules over [start, end] with promtool and add the blocks."""
+    rule_file = work / f"level-{len(list(work.glob('level-*.yml')))}.yml"
+    write_rule_file(rule_file, rules)
+    output = work / f"{rule_file.stem}-blocks"
+    command = [
+        shutil.which("promtool") or "promtool",
+        "tsdb",
+        "create-blocks-from",
+        "rules",
+        f"--start={int(start)}",
+        f"--end={math.ceil(end)}",
+        f"--eval-interval={int(step)}s",
+        f"--url={url}",
+        f"--output-dir={output}",
+        str(rule_file),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+    if result.returncode != 0:
+        raise EvaluationError(
+            f"promtool could not record the rules: {(result.stderr or result.stdout)[-1500:]}"
+        )
+    for block in output.iterdir() if output.exists() else []:
+        if block.is_dir() and (block / "meta.json").exists():
+            shutil.move(str(block), data_dir / block.name)
+
+
+# ------------------------------------------------------------------------------------- alerting
+
+
+def firing_episodes(rule: Rule, series: list[dict[str, Any]], step: float) -> list[Episode]:
+    """Prometheus's alert state machine on a range-query result: pending at the first evaluation where
+    the expression has the series, firing once it has held for `for:`, resolved at the first
+    evaluation without it."""
+    episodes = []
+    for item in series:
+        labels = {k: v for k, v in item["metric"].items() if k != "__name__"}
+        labels.update(rule.labels)
+        stamps = [float(t) for t, _ in item["values"]]
+        run_start = previous = None
+        for stamp in [*stamps, math.inf]:
+            if previous is not None and stamp - previous > step * 1.5:
+                if previous - run_start >= rule.for_seconds:
+                    episodes.append(Episode(rule.name, labels, run_start + rule.for_seconds, previous + step))
+                run_start = None
+            if run_start is None:
+                run_start = stamp
+            previous = stamp
+    return episodes
+
+
+# -------------------------------------------------------------------------------------- scoring
+
+
+def matches(episode: Episode, fault: Fault) -> bool:
+    if fault.node is not None and episode.labels.get("node") not in (None, fault.node):
+        return False
+    if fault.node is not None and "node" not in episode.labels:
+        return False
+    return episode.start <= fault.end + AFTER_END_GRACE_S and episode.end >= fault.onset
+
+
+def score(
+    scenario: str,
+    faults: list[Fault],
+    episodes: list[Episode],
+    observable: dict[str, bool],
+) -> tuple[dict[str, AlertScore], dict[str, KindScore], list[dict[str, Any]], list[dict[str, Any]]]:
+    alerts = {name: AlertScore(name, observable[name]) for name in observable}
+    kinds: dict[str, KindScore] = {}
+    false_alerts: list[dict[str, Any]] = []
+    missed: list[dict[str, Any]] = []
+    for episode in episodes:
+        alerts[episode.alertname].episodes += 1
+        fault = next((f for f in faults if not f.benign and matches(episode, f)), None)
+        if fault is None:
+            alerts[episode.alertname].false_episodes += 1
+            false_alerts.append(
+                {
+                    "scenario": scenario,
+                    "alertname": episode.alertname,
+                    "labels": episode.labels,
+                    "start": unix_to_iso(episode.start),
+                    "end": unix_to_iso(episode.end),
+                }
+            )
+        else:
+            episode.fault = fault.id
+            alerts[episode.alertname].true_episodes += 1
+    for fault in faults:
+        if fault.benign:
+            continue
+        kind = kinds.setdefault(fault.kind, KindScore(fault.kind))
+        kind.faults += 1
+        expected = fault.expected_alerts()
+        kind.expected = tuple(dict.fromkeys((*kind.expected, *expected)))
+        if not expected:
+            kind.no_alert_expected += 1
+            continue
+        hits = [e for e in episodes if e.fault == fault.id and e.alertname in expected]
+        if hits:
+            kind.caught += 1
+            delay = min(e.start for e in hits) - fault.onset
+            kind.delays_s.append(max(0.0, delay))
+            for name in {e.alertname for e in hits}:
+                alerts[name].faults_caught += 1
+                alerts[name].delays_s.append(
+                    max(0.0, min(e.start for e in hits if e.alertname == name) - fault.onset)
+                )
+        elif not any(observable.get(name, False) for name in expected):
+            kind.not_observable += 1
+        else:
+            kind.missed += 1
+            missed.append(
+                {
+                    "scenario": scenario,
+                    "fault": fault.id,
+                    "kind": fault.kind,
+                    "node": fault.node,
+                    "onset": unix_to_iso(fault.onset),
+                    "expected": list(expected),
+                }
+            )
+    return alerts, kinds, false_alerts, missed
+
+
+# ------------------------------------------------------------------------------------ one scenario
+
+
+def evaluate_scenario(
+    scenario: Path,
+    work_root: Path | None = None,
+    truth: Path | None = None,
+    start: str | None = None,
+    duration: str | None = None,
+    progress: Callable[[str], None] = lambda _stage: None,
+) -> ScenarioResult:
+    started = time.monotonic()
+    span = scenario_span(scenario, start, duration)
+    rules = load_rules()
+    alert_rules = [r for r in rules if r.is_alert]
+    with tempfile.TemporaryDirectory(prefix="rules-eval-", dir=work_root) as scratch:
+        work = Path(scratch)
+        blocks = work / "blocks"
+        progress("backfill")
+        backfill(scenario, span, blocks, duration)
+        progress("truth")
+        faults = load_truth(truth or truth_file(scenario, span, blocks, work, duration))
+        data_dir = blocks  # promtool wrote the blocks straight into a folder Prometheus can open
+        begin, end = span.start, span.start + span.duration
+        step = max(EVAL_INTERVAL_S, math.ceil(span.duration / MAX_POINTS))
+        log = work / "prometheus.log"
+        for number, level in enumerate(recording_levels(alert_rules, rules)):
+            progress(f"record level {number}")
+            with prometheus(data_dir, log) as url:
+                record_level(url, level, begin, end, step, work, data_dir)
+        progress("alerts")
+        episodes: list[Episode] = []
+        with prometheus(data_dir, log) as url:
+            present = metric_names(url, begin, end)
+            for rule in alert_rules:
+                episodes += firing_episodes(rule, query_range(url, rule.expr, begin, end, step), step)
+        observable: dict[str, bool] = {}
+        for rule in alert_rules:
+            sources = source_metrics(rule, rules) - CONTEXT_METRICS
+            observable[rule.name] = observable.get(rule.name, False) or bool(sources & present)
+        alerts, kinds, false_alerts, missed = score(span.name, faults, episodes, observable)
+    return ScenarioResult(
+        scenario=span.name,
+        start=unix_to_iso(begin),
+        end=unix_to_iso(end),
+        faults=len([f for f in faults if not f.benign]),
+        metrics_present=sorted(m for m in present if m.startswith(("DCGM_", "fleetsight_")) or m == "up"),
+        alerts=alerts,
+        kinds=kinds,
+        false_alerts=false_alerts,
+        missed_faults=missed,
+        wall_seconds=round(time.monotonic() - started, 1),
+    )
+
+
+# ------------------------------------------------------------------------------------- summaries
+
+
+def merge(results: list[ScenarioResult]) -> tuple[dict[str, AlertScore], dict[str, KindScore]]:
+    alerts: dict[str, AlertScore] = {}
+    kinds: dict[str, KindScore] = {}
+    for result in results:
+        for name, a in result.alerts.items():
+            total = alerts.setdefault(name, AlertScore(name, False))
+            total.observable = total.observable or a.observable
+            total.episodes += a.episodes
+            total.true_episodes += a.true_episodes
+            total.false_episodes += a.false_episodes
+            total.faults_caught += a.faults_caught
+            total.delays_s += a.delays_s
+        for name, k in result.kinds.items():
+            total_k = kinds.setdefault(name, KindScore(name))
+            total_k.faults += k.faults
+            total_k.expected = tuple(dict.fromkeys((*total_k.expected, *k.expected)))
+            total_k.caught += k.caught
+            total_k.missed += k.missed
+            total_k.not_observable += k.not_observable
+            total_k.no_alert_expected += k.no_alert_expected
+            total_k.delays_s += k.delays_s
+    return alerts, kinds
+
+
+def median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def as_json(results: list[ScenarioResult]) -> dict[str, Any]:
+    alerts, kinds = merge(results)
+
+    def alert_row(a: AlertScore) -> dict[str, Any]:
+        return {
+            **asdict(a),
+            "median_delay_s": median(a.delays_s),
+            "max_delay_s": max(a.delays_s, default=None),
+        }
+
+    def kind_row(k: KindScore) -> dict[str, Any]:
+        return {
+            **asdict(k),
+            "median_delay_s": median(k.delays_s),
+            "max_delay_s": max(k.delays_s, default=None),
+        }
+
+    return {
+        "scenarios": [
+            {
+                "scenario": r.scenario,
+                "start": r.start,
+                "end": r.end,
+                "faults": r.faults,
+                "wall_seconds": r.wall_seconds,
+                "metrics_present": r.metrics_present,
+                "alerts": {n: alert_row(a) for n, a in r.alerts.items()},
+                "kinds": {n: kind_row(k) for n, k in r.kinds.items()},
+                "false_alerts": r.false_alerts,
+                "missed_faults": r.missed_faults,
+            }
+            for r in results
+        ],
+        "total": {
+            "alerts": {n: alert_row(a) for n, a in alerts.items()},
+            "kinds": {n: kind_row(k) for n, k in kinds.items()},
+            "false_alerts": sum(a.false_episodes for a in alerts.values()),
+        },
+    }
+
+
+def work_folder() -> Path | None:
+    """Scratch space: FLEETSIGHT_EVAL_TMP if set, else the system temp folder."""
+    value = os.environ.get("FLEETSIGHT_EVAL_TMP")
+    return Path(value) if value else None

@@ -1,0 +1,123 @@
+"""Dashboards as code: committed JSON up to date, Grafana's types, and every query on real data."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dashboards import build, catalog, verify
+from fleetsight.settings import REPO_ROOT, Settings
+from support import StackEnv, wait_until
+
+METRIC = re.compile(r"\b(DCGM_F[A-Z_]+|fleetsight_[a-z0-9_]+|ALERTS|up)\b")
+# Where the code that publishes a series lives, for series that appear only when something happens
+# (alerts, straggler flags, health states, Lustre server jobstats).
+PUBLISHERS = ("rules", "anomaly", "health", "exporters")
+
+
+def test_committed_json_is_what_the_catalogue_builds() -> None:
+    assert build.stale() == [], "run `fleetsight dashboards build` and commit the result"
+
+
+def test_every_dashboard_type_checks_against_grafana_schema() -> None:
+    ok, output = verify.typecheck(Settings())
+    assert ok, output
+
+
+def test_a_schema_error_is_caught(tmp_path: Path) -> None:
+    """The type check can fail: a panel with a misspelt key is refused."""
+    for spec in catalog.DASHBOARDS:
+        (tmp_path / build.path_of(spec).name).write_text(build.render(spec))
+    broken = tmp_path / build.path_of(catalog.MY_JOB).name
+    broken.write_text(broken.read_text().replace('"gridPos"', '"gridPosition"', 1))
+    ok, output = verify.typecheck(Settings(), out_dir=tmp_path)
+    assert not ok and "gridPosition" in output
+
+
+def metrics_of(expr: str) -> set[str]:
+    return set(METRIC.findall(expr))
+
+
+def used_metrics() -> set[str]:
+    return {m for spec in catalog.DASHBOARDS for panel in spec.panels() for q in panel.queries
+            if q.datasource == catalog.PROMETHEUS for m in metrics_of(q.expr)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def live_metric_names(stack_env_module: StackEnv) -> set[str]:
+    """Metric names a Prometheus scraping the twin, the node agents and the fabric exporter holds."""
+    stack = stack_env_module
+    stack.cli("up", "twin", "exporter-node", "exporter-fabric", "prometheus")
+    url = stack.url("prometheus")
+
+    def names() -> set[str] | None:
+        found = set(httpx.get(f"{url}/api/v1/label/__name__/values").json()["data"])
+        # Two scrapes of every node's agent, so that rates over a minute have their two points.
+        query = (
+            'count(count by (node) (count_over_time(fleetsight_collector_success{job="fleetsight-node"}[1m])'
+            " >= 2)) "
+            ">= count(count by (node) (DCGM_FI_DEV_POWER_USAGE))"
+        )
+        rated = httpx.get(f"{url}/api/v1/query", params={"query": query}).json()["data"]["result"]
+        wanted = {"DCGM_FI_DEV_POWER_USAGE", "fleetsight_bmc_psu_healthy", "fleetsight_fabric_port_up"}
+        return found if wanted <= found and rated else None
+
+    return wait_until(names, timeout=120, what="the stack's series in Prometheus")
+
+
+def test_every_metric_a_panel_uses_exists(live_metric_names: set[str]) -> None:
+    """Catches a misspelt metric: each name is scraped from the stack, or named by the service that
+    publishes it (alerts, straggler flags, health states appear only when those fire)."""
+    sources = [
+        path.read_text()
+        for folder in PUBLISHERS
+        for pattern in ("*.py", "*.yml")
+        for path in (REPO_ROOT / folder).rglob(pattern)
+    ]
+    missing = [
+        name
+        for name in sorted(used_metrics() - live_metric_names)
+        if name != "ALERTS"
+        and not any(re.search(rf"\b{name.removesuffix('_total')}\b", text) for text in sources)
+    ]
+    assert not missing, f"panels use metrics nobody publishes: {missing}"
+
+
+def shows_on_a_healthy_twin(panel: catalog.Panel) -> bool:
+    """Panels over series that always exist, without a filter that keeps only faults."""
+    return not panel.needs and all(
+        q.datasource == catalog.PROMETHEUS and not re.search(r"==|>|ALERTS", q.expr) for q in panel.queries
+    )
+
+
+def test_every_query_runs_and_the_variables_resolve(
+    stack_env_module: StackEnv, live_metric_names: set[str]
+) -> None:
+    url = stack_env_module.url("prometheus")
+    values: dict[str, str] = {}
+    for spec in catalog.DASHBOARDS:
+        for variable in spec.variables:
+            if variable.constant:
+                values[variable.name] = variable.query
+                continue
+            label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable.query)
+            assert label, variable.query
+            found = httpx.get(f"{url}/api/v1/label/{label.group(2)}/values",
+                              params={"match[]": label.group(1)}).json()["data"]  # fmt: skip
+            assert found, f"{spec.uid}: variable ${variable.name} resolves to nothing"
+            values[variable.name] = found[0]
+    results = verify.run_queries(url, values, time.time(), range_s=600)
+    refused = [(r.panel, r.error) for r in results if r.error]
+    assert not refused
+    with_data = {r.panel for r in results if r.series}
+    always = [
+        panel.title
+        for spec in catalog.DASHBOARDS
+        for panel in spec.panels()
+        if shows_on_a_healthy_twin(panel)
+    ]
+    assert always and set(always) <= with_data, f"empty on a running twin: {set(always) - with_data}"

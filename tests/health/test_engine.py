@@ -1,0 +1,144 @@
+"""The state machine with an explicit clock: hysteresis, the breaker's window, overrides, the scheduler's
+view, failure history and what survives a restart. No servers: the engine is pure logic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from health.engine import HealthEngine, Observation, SchedulerView, Signal
+from health.policy import Breaker, Policy, PolicyError, from_dict, load
+
+NODES = {f"e{i:02d}": ("u1" if i <= 4 else "u2") for i in range(1, 9)}
+POLICY = Policy(
+    signals={"XidBad": "unhealthy", "Hot": "degraded", "RMA": "repair", "Noise": "ignore"},
+    clean_for_s=60,
+    breaker=Breaker(window_s=600, max_cluster_fraction=0.5, max_unit_fraction=0.5),
+)
+
+
+def signal(node: str, name: str, since: float = 0.0) -> Signal:
+    return Signal(node, name, "alertmanager", since, POLICY.effect(name), evidence={"labels": {"gpu": "1"}})
+
+
+def observe(*signals: Signal, scheduler: dict[str, SchedulerView] | None = None) -> Observation:
+    return Observation(nodes=dict(NODES), signals=list(signals), scheduler=scheduler or {})
+
+
+def states(engine: HealthEngine) -> dict[str, str]:
+    return {n: item["state"] for n, item in engine.snapshot()["nodes"].items()}
+
+
+def test_hysteresis_holds_the_state_for_clean_for_then_releases() -> None:
+    engine = HealthEngine(POLICY)
+    engine.update(observe(signal("e01", "Hot")), now=100)
+    assert states(engine)["e01"] == "degraded"
+    engine.update(observe(), now=110)  # clean from now on
+    assert states(engine)["e01"] == "degraded"
+    assert "last_seen" in engine.snapshot()["nodes"]["e01"]["reasons"][0]
+    engine.update(observe(), now=159)
+    assert states(engine)["e01"] == "degraded"
+    engine.update(observe(), now=161)  # 61 s after it was last seen
+    assert states(engine)["e01"] == "healthy"
+
+
+def test_a_flapping_signal_never_returns_the_node_in_between() -> None:
+    engine = HealthEngine(POLICY)
+    for t in range(0, 300, 50):  # present every other refresh, 25 s apart
+        engine.update(observe(signal("e02", "Hot")) if t % 100 == 0 else observe(), now=t)
+        assert states(engine)["e02"] == "degraded"
+    assert [e["to"] for e in engine.events if e["node"] == "e02"] == ["degraded"]
+
+
+def test_ignored_signals_and_confirm_for() -> None:
+    policy = Policy(signals=POLICY.signals, confirm_for_s=30, breaker=POLICY.breaker)
+    engine = HealthEngine(policy)
+    engine.update(observe(signal("e03", "Noise"), signal("e04", "Hot", since=100)), now=110)
+    assert states(engine)["e03"] == "healthy" and states(engine)["e04"] == "healthy"
+    engine.update(observe(signal("e04", "Hot", since=100)), now=131)
+    assert states(engine)["e04"] == "degraded"
+
+
+def test_auto_drain_follows_the_scheduler_from_draining_to_drained_to_repair() -> None:
+    engine = HealthEngine(POLICY)
+    busy = {"e05": SchedulerView(("ALLOCATED",), "", busy=True)}
+    engine.update(observe(signal("e05", "RMA"), scheduler=busy), now=0)
+    assert states(engine)["e05"] == "draining"
+    assert engine.drain_list() == [
+        {"node": "e05", "state": "draining", "origin": "auto", "reason": "fleetsight: RMA (alertmanager)"}
+    ]
+    applied = {"e05": SchedulerView(("IDLE", "DRAIN"), "fleetsight: RMA (alertmanager)")}
+    engine.update(observe(signal("e05", "RMA"), scheduler=applied), now=10)
+    assert states(engine)["e05"] == "repair"
+
+
+def test_an_operators_drain_in_the_scheduler_is_shown_not_owned() -> None:
+    engine = HealthEngine(POLICY)
+    view = {"e06": SchedulerView(("IDLE", "DRAIN"), "bad DIMM")}
+    engine.update(observe(scheduler=view), now=0)
+    item = engine.snapshot()["nodes"]["e06"]
+    assert item["state"] == "drained" and item["reasons"][0]["signal"] == "scheduler_drain"
+    assert engine.drain_list() == []
+
+
+def test_the_breaker_counts_drains_in_its_window_per_unit() -> None:
+    engine = HealthEngine(POLICY)  # units of 4: at most 2 per unit, 4 in the cluster, per 600 s
+    engine.update(observe(signal("e01", "XidBad")), now=0)
+    engine.update(observe(signal("e01", "XidBad"), signal("e02", "XidBad")), now=10)
+    engine.update(observe(*(signal(n, "XidBad") for n in ("e01", "e02", "e03"))), now=20)
+    assert [states(engine)[n] for n in ("e01", "e02", "e03")] == ["draining", "draining", "unhealthy"]
+    assert engine.breaker["open"] and engine.breaker["held"] == ["e03"]
+    assert engine.snapshot()["nodes"]["e03"]["reasons"][0]["signal"] == "circuit_breaker"
+    # once the first drains leave the window, the held node may go
+    engine.update(observe(*(signal(n, "XidBad") for n in ("e01", "e02", "e03"))), now=615)
+    assert states(engine)["e03"] == "draining" and not engine.breaker["open"]
+
+
+def test_overrides_expire_and_failures_feed_the_mtbf(tmp_path: Path) -> None:
+    engine = HealthEngine(
+        Policy(signals=POLICY.signals, clean_for_s=0, min_failures=2, breaker=POLICY.breaker)
+    )
+    engine.set_override("e07", "repair", "fan swap", "ops", now=0, ttl=100)
+    engine.update(observe(), now=0)
+    assert states(engine)["e07"] == "repair"
+    engine.update(observe(), now=101)
+    assert states(engine)["e07"] == "healthy"
+    assert engine.failures == 0  # an operator's action is not a failure
+    assert engine.node_mtbf()[1] == "prior"
+    for start in (200, 400):
+        engine.update(observe(signal("e08", "XidBad")), now=start)
+        engine.update(observe(), now=start + 10)
+    assert engine.failures == 2
+    mtbf, basis = engine.node_mtbf()
+    assert basis == "measured" and mtbf == pytest.approx(engine.observed_node_seconds / 2)
+    with pytest.raises(ValueError, match="not one of"):
+        engine.set_override("e07", "broken", "x", "ops", now=0, ttl=None)
+
+
+def test_drains_overrides_and_history_survive_a_restart(tmp_path: Path) -> None:
+    engine = HealthEngine(POLICY, tmp_path)
+    engine.update(observe(signal("e01", "XidBad")), now=0)
+    engine.set_override("e06", "draining", "reseat cables", "ops", now=0, ttl=None)
+    engine.update(observe(signal("e01", "XidBad")), now=1)
+    engine.save()
+    again = HealthEngine(POLICY, tmp_path)
+    again.update(observe(signal("e01", "XidBad")), now=2)
+    assert {d["node"]: d["origin"] for d in again.drain_list()} == {"e01": "auto", "e06": "operator"}
+    assert len(again.grants) == 1 and again.events and again.next_event_id == engine.next_event_id
+
+
+def test_policy_errors_name_the_key(tmp_path: Path) -> None:
+    assert load().signals["GPUFellOffBus"] == "repair"
+    for raw, message in (
+        ({"signals": {"X": "sick"}}, "signals.X"),
+        ({"hysteresis": {"clean_for": "soon"}}, "hysteresis.clean_for"),
+        ({"circuit_breaker": {"max_unit_fraction": 2}}, "circuit_breaker.max_unit_fraction"),
+        ({"preflight": {"fail": "maybe"}}, "preflight.fail"),
+    ):
+        with pytest.raises(PolicyError, match=message):
+            from_dict(raw)
+    bad = tmp_path / "p.yml"
+    bad.write_text("signals: [unclosed")
+    with pytest.raises(PolicyError, match="not valid YAML"):
+        load(bad)

@@ -1,0 +1,298 @@
+"""slurm-sync and the prolog against a real Slurm on loopback (munged, slurmctld, a slurmd per node,
+slurmrestd): drains and reasons checked with the real `sinfo`, and an operator's drain never resumed.
+The health service reads the same Slurm through the real slurmrestd (draining vs drained)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import REPO, fast_policy, node_state, post_alert, start_health, wait_state
+from health.slurm_local import LocalSlurm, missing
+from support import free_port, wait_until
+
+NODES = [f"n{i:04d}" for i in range(1, 7)]
+FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
+    why = missing()
+    if why:
+        pytest.fail(why)
+    # slurmrestd runs as nobody: its folder must be reachable, unlike pytest's private tmp_path
+    folder = Path(tempfile.mkdtemp(prefix="fleetsight-test-slurm-"))
+    # slurmd runs FleetSight's prolog before every job; the health service's URL arrives later
+    prolog = folder / "prolog.sh"
+    script = REPO / "health" / "prolog.py"
+    prolog.write_text(  # the script, plus a line per run so that tests know the prolog has finished
+        f'#!/bin/sh\n/usr/bin/python3 {script} --timeout 2 --url "$(cat {folder}/health-url)" '
+        f"2>>{folder}/prolog.err\n"
+        f'rc=$?\necho "$SLURM_JOB_ID $rc" >> {folder}/prolog.done\nexit $rc\n'
+    )
+    prolog.chmod(0o755)
+    cluster = LocalSlurm(folder, NODES, free_port(), prolog=prolog)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def health(alertmanager: str, slurm: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("health-slurm")
+    process, url = start_health(
+        folder,
+        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),  # 6 nodes
+        [
+            "--alertmanager-url",
+            alertmanager,
+            "--scheduler-url",
+            "http://slurmrestd/slurm/v0.0.38",
+            "--scheduler-socket",
+            str(slurm.rest_socket),
+        ],
+    )
+    (slurm.folder / "health-url").write_text(url)
+    try:
+        wait_until(
+            lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) == len(NODES),
+            timeout=20,
+            what="the Slurm nodes to be known",
+        )
+        yield url
+    finally:
+        process.stop()
+
+
+def run(slurm: LocalSlurm, *command: str) -> str:
+    result = subprocess.run(command, env=slurm.env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, f"{command}: {result.stderr}"
+    return result.stdout
+
+
+def sync(slurm: LocalSlurm, url: str, ledger: Path, *extra: str) -> dict:
+    out = run(
+        slurm, *FLEETSIGHT, "health", "slurm-sync", "--url", url, "--ledger", str(ledger), "--json", *extra
+    )
+    return json.loads(out)
+
+
+def prolog_finished(slurm: LocalSlurm, job: str) -> str | None:
+    """The exit status of the prolog for a job, once it has run."""
+    done = slurm.folder / "prolog.done"
+    runs = dict(line.split() for line in done.read_text().splitlines()) if done.exists() else {}
+    return runs.get(job)
+
+
+def sinfo(slurm: LocalSlurm) -> dict[str, tuple[str, str]]:
+    lines = run(slurm, "sinfo", "-N", "-h", "-o", "%N|%T|%E").splitlines()
+    return {n: (s, r) for n, s, r in (line.split("|", 2) for line in lines)}
+
+
+def test_sync_drains_with_the_reason_and_dry_run_changes_nothing(
+    alertmanager: str, slurm: LocalSlurm, health: str, tmp_path: Path
+) -> None:
+    post_alert(alertmanager, "GPUXidUncorrectable", "n0002", gpu="3", xid="79")
+    wait_until(lambda: httpx.get(f"{health}/v1/drain-list").json()["nodes"], timeout=20, what="a drain")
+    ledger = tmp_path / "ledger.json"
+    plan = sync(slurm, health, ledger, "--dry-run")
+    assert plan["dry_run"] and plan["commands"] == [
+        "scontrol update nodename=n0002 state=drain 'reason=fleetsight: GPUXidUncorrectable (alertmanager)'"
+    ]
+    assert sinfo(slurm)["n0002"] == ("idle", "none") and not ledger.exists()
+
+    sync(slurm, health, ledger)
+    assert sinfo(slurm)["n0002"] == ("drained", "fleetsight: GPUXidUncorrectable (alertmanager)")
+    print(run(slurm, "sinfo", "-R"))  # for the record (docs/health.md shows one)
+    reasons = run(slurm, "sinfo", "-R", "-h", "-o", "%E|%N").strip().splitlines()
+    assert reasons == ["fleetsight: GPUXidUncorrectable (alertmanager)|n0002"]
+    wait_state(health, "n0002", "drained")  # the service reads the drain back from slurmrestd
+    assert sync(slurm, health, ledger)["commands"] == []  # idempotent
+
+    post_alert(alertmanager, "GPUXidUncorrectable", "n0002", ends_in=0, gpu="3", xid="79")
+    wait_state(health, "n0002", "healthy")
+    assert sync(slurm, health, ledger)["resume"] == ["n0002"]
+    # Slurm shows a resumed node not-responding (idle*) until its slurmd's next ping
+    wait_until(lambda: sinfo(slurm)["n0002"] == ("idle", "none"), timeout=20, what="n0002 idle in Slurm")
+
+
+def test_an_operators_drain_is_never_resumed(
+    alertmanager: str, slurm: LocalSlurm, health: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.json"
+    run(slurm, "scontrol", "update", "nodename=n0003", "state=drain", "reason=bad DIMM, ticket 42")
+    item = wait_state(health, "n0003", "drained")
+    assert item["reasons"][0]["signal"] == "scheduler_drain" and "ticket 42" in item["reasons"][0]["summary"]
+
+    # FleetSight drains n0004, then an operator takes it over with a reason of their own.
+    post_alert(alertmanager, "NVSwitchFatal", "n0004", sxid="12028")
+    wait_state(health, "n0004", "draining")  # wanted, not yet applied in Slurm
+    assert [d["node"] for d in sync(slurm, health, ledger)["drain"]] == ["n0004"]
+    wait_state(health, "n0004", "drained")
+    run(slurm, "scontrol", "update", "nodename=n0004", "state=drain", "reason=keeping it for the vendor")
+    post_alert(alertmanager, "NVSwitchFatal", "n0004", ends_in=0, sxid="12028")
+    wait_until(lambda: not httpx.get(f"{health}/v1/drain-list").json()["nodes"], timeout=20, what="no drains")
+
+    plan = sync(slurm, health, ledger)
+    assert plan["resume"] == [] and plan["commands"] == []
+    skipped = {s["node"]: s["why"] for s in plan["skipped"]}
+    assert "drained again by someone else" in skipped["n0004"]
+    print(run(slurm, "sinfo", "-R"))  # for the record (docs/health.md shows one)
+    state = sinfo(slurm)
+    assert state["n0003"] == ("drained", "bad DIMM, ticket 42")
+    assert state["n0004"] == ("drained", "keeping it for the vendor")
+    assert "n0004" not in json.loads(ledger.read_text())
+    run(slurm, "scontrol", "update", "nodename=n0003,n0004", "state=resume")
+
+
+def test_a_busy_node_is_draining_until_its_job_ends(
+    alertmanager: str, slurm: LocalSlurm, health: str, tmp_path: Path
+) -> None:
+    job = run(
+        slurm, "sbatch", "--parsable", "-N1", "-w", "n0005", "-o", "/dev/null", "--wrap", "sleep 600"
+    ).strip()
+    wait_until(lambda: prolog_finished(slurm, job) == "0", timeout=20, what="the job's prolog to pass")
+    post_alert(alertmanager, "GPURowRemapFailed", "n0005", gpu="6")
+    wait_until(lambda: httpx.get(f"{health}/v1/drain-list").json()["nodes"], timeout=20, what="a drain")
+    sync(slurm, health, tmp_path / "ledger.json")
+    assert sinfo(slurm)["n0005"] == ("draining", "fleetsight: GPURowRemapFailed (alertmanager)")
+    wait_state(health, "n0005", "draining")
+    run(slurm, "scancel", job)
+    item = wait_state(health, "n0005", "repair")  # drained, and the GPU needs an RMA
+    assert item["reasons"][0]["signal"] == "GPURowRemapFailed"
+    post_alert(alertmanager, "GPURowRemapFailed", "n0005", ends_in=0, gpu="6")
+    wait_state(health, "n0005", "healthy")
+    assert sync(slurm, health, tmp_path / "ledger.json")["resume"] == ["n0005"]
+
+
+def test_the_prolog_script_asks_the_service_and_fails_open_or_closed(alertmanager: str, health: str) -> None:
+    script = [sys.executable, str(REPO / "health" / "prolog.py")]
+
+    def prolog(*args: str, node: str = "n0001") -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": node}  # what slurmd passes; no venv needed
+        return subprocess.run(
+            [*script, *args], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+
+    assert prolog("--url", health).returncode == 0
+    post_alert(alertmanager, "GPUFellOffBus", "n0006", gpu="4")
+    wait_until(lambda: not node_state(health, "n0006")["fit"], timeout=20, what="n0006 unfit")
+    refused = prolog("--url", health, node="n0006")
+    assert refused.returncode == 1 and "n0006 is" in refused.stderr and "GPUFellOffBus" in refused.stderr
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert prolog("--url", dead, "--timeout", "1").returncode == 0
+    closed = prolog("--url", dead, "--timeout", "1", "--fail", "closed")
+    assert closed.returncode == 2 and "fail-closed" in closed.stderr
+
+
+def test_slurmd_runs_the_prolog_and_keeps_jobs_off_an_unfit_node(
+    alertmanager: str, slurm: LocalSlurm, health: str
+) -> None:
+    """The real thing: slurm.conf Prolog= is the script; Slurm drains the node whose prolog refuses
+    (n0006, unfit since the previous test) and runs jobs on fit nodes."""
+    assert not node_state(health, "n0006")["fit"]
+    assert run(slurm, "srun", "-N1", "-w", "n0001", "echo", "ran").strip() == "ran"
+    job = run(
+        slurm, "sbatch", "--parsable", "-N1", "-w", "n0006", "-o", "/dev/null", "--wrap", "true"
+    ).strip()
+    wait_until(lambda: sinfo(slurm)["n0006"][0].startswith("drain"), timeout=30, what="Slurm to drain n0006")
+    assert "Prolog error" in sinfo(slurm)["n0006"][1]
+    assert prolog_finished(slurm, job) == "1"
+    assert "fleetsight-preflight: n0006 is" in (slurm.folder / "prolog.err").read_text()
+    state = run(slurm, "squeue", "-h", "-j", job, "-o", "%T %r").split()
+    assert state and state[0] == "PENDING"  # requeued, not run on the unfit node
+    run(slurm, "scancel", job)
+    post_alert(alertmanager, "GPUFellOffBus", "n0006", ends_in=0, gpu="4")
+    run(slurm, "scontrol", "update", "nodename=n0006", "state=resume")  # Slurm's own drain: ours to lift
+    wait_state(health, "n0006", "healthy")
+
+
+def test_twin_and_real_slurmrestd_answer_the_jobs_query_alike(slurm: LocalSlurm, tmp_path: Path) -> None:
+    """The twin's slurmrestd-style endpoint next to the real one: what the health service reads must be
+    there in both; the differences are written out for the twin's owner (docs/health.md lists them)."""
+    port = free_port()
+    twin = subprocess.Popen(
+        [
+            *FLEETSIGHT,
+            "twin",
+            "run",
+            "--scenario",
+            str(Path(__file__).with_name("scenarios") / "live_short.yaml"),
+            "--out",
+            str(tmp_path / "twin"),
+            "--serve",
+            "--speed",
+            "realtime",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        run(slurm, "sbatch", "-N2", "-o", "/dev/null", "--wrap", "sleep 300")
+        transport = httpx.HTTPTransport(uds=str(slurm.rest_socket))
+        with httpx.Client(transport=transport) as real_client:
+            real = wait_until(
+                lambda: [
+                    j
+                    for j in real_client.get("http://slurmrestd/slurm/v0.0.38/jobs").json()["jobs"]
+                    if j["job_state"] == "RUNNING"
+                ],
+                timeout=20,
+                what="a running job in slurmrestd",
+            )[0]
+        twin_jobs = wait_until(
+            lambda: fetch_json(f"http://127.0.0.1:{port}/slurm/v0.0.40/jobs"),
+            timeout=60,
+            what="the twin's jobs endpoint",
+        )
+        fake = next(j for j in twin_jobs["jobs"] if "RUNNING" in j["job_state"])
+        used = (
+            "job_id",
+            "job_state",
+            "nodes",
+            "node_count",
+            "name",
+            "user_name",
+            "partition",
+            "state_reason",
+        )
+        assert all(k in real and k in fake for k in used)
+        from health.sources import expand_hostlist
+
+        assert expand_hostlist(real["nodes"]) and expand_hostlist(fake["nodes"])
+        differences = {
+            "only_in_real": sorted(set(real) - set(fake)),
+            "type_differs": {
+                k: [type(real[k]).__name__, type(fake[k]).__name__]
+                for k in sorted(set(real) & set(fake))
+                if type(real[k]) is not type(fake[k])
+            },
+        }
+        (tmp_path / "slurmrestd-differences.json").write_text(json.dumps(differences, indent=1))
+        print(json.dumps(differences))
+    finally:
+        twin.terminate()
+        twin.wait(timeout=20)
+        run(slurm, "scancel", "--user", "root")
+
+
+def fetch_json(url: str) -> dict | None:
+    try:
+        response = httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return None
+    return response.json() if response.status_code == 200 else None

@@ -1,0 +1,84 @@
+"""The Prometheus source against a real Prometheus: node list and scalable units from the `up` targets'
+labels, exporter reachability, and a signal's start time that stays put across refreshes."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from conftest import Process
+from health.policy import Policy
+from health.sources import Sources
+from support import free_port, wait_until
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("prometheus") is None:
+        pytest.fail("prometheus is not installed: run `fleetsight setup`")
+    folder = tmp_path_factory.mktemp("prometheus")
+    port = free_port()
+    dead = free_port()  # nothing listens there: up == 0
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "self",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{port}"], "labels": {"node": "alive1", "su": "su01"}},
+                ],
+            },
+            {
+                "job_name": "dcgm",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{dead}"], "labels": {"node": "dead1", "rack": "r007"}},
+                ],
+            },
+        ],
+    }
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    process = Process(
+        "prometheus",
+        ["prometheus", f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        folder / "prometheus.log",
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        process.wait_ready(f"{url}/-/ready")
+        yield url
+    finally:
+        process.stop()
+
+
+def test_nodes_units_and_unreachable_exporters_come_from_up(prometheus: str) -> None:
+    sources = Sources(Policy(), prometheus_url=prometheus)
+    try:
+        result = wait_until(
+            lambda: (r := sources.collect(time.time())[1]).ok and len(r.nodes) == 2 and r,
+            timeout=30,
+            what="both targets scraped",
+        )
+        assert result.nodes == {"alive1": "su01", "dead1": "r007"}  # su label, else rack
+        [signal] = result.signals
+        assert (signal.node, signal.name, signal.effect) == ("dead1", "exporter_unreachable", "degraded")
+        assert signal.evidence["down_jobs"] == ["dcgm"] and signal.evidence["all_down"] is True
+        first_since = signal.since
+        [again] = sources.collect(time.time() + 60)[1].signals  # a refresh a minute later
+        assert again.since == first_since  # the start of a Prometheus-derived signal does not move
+    finally:
+        sources.close()
+
+
+def test_a_source_that_fails_is_reported_and_the_others_still_count(prometheus: str) -> None:
+    sources = Sources(Policy(), prometheus_url=prometheus, alertmanager_url=f"http://127.0.0.1:{free_port()}")
+    try:
+        results = {r.name: r for r in sources.collect(time.time())}
+        assert results["alertmanager"].ok is False and "ConnectError" in results["alertmanager"].error
+        assert results["prometheus"].ok is True
+    finally:
+        sources.close()

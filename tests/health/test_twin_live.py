@@ -1,0 +1,80 @@
+"""The health service on the live stack with the twin, in real time: the twin's faults go through the
+node agent and dcgm-exporter endpoints, Prometheus with the project's rules, and the Alertmanager, into
+the health service, which must move the faulty node to the right state with the right reason and back
+once the fault clears. The fastest fault only (about 2.5 minutes); every fault kind is measured by
+bench/health_twin_faults.py (docs/health.md has its table)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from conftest import fast_policy
+from health.twin_check import Timeline, TwinStack
+from support import free_port_base, wait_until
+
+SCENARIO = Path(__file__).with_name("scenarios") / "live_short.yaml"
+AROUND = ("slack-sink", "alertmanager", "exporter-node", "prometheus")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("health-live")
+    policy = folder / "policy.yml"
+    # 6 nodes in racks of 3: the breaker is tested elsewhere (test_breaker.py); never in the way here
+    breaker = {"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}
+    quick = fast_policy(refresh={"interval": "1s"}, hysteresis={"clean_for": "5s"}, circuit_breaker=breaker)
+    policy.write_text(yaml.safe_dump(quick))
+    stack = TwinStack(folder, SCENARIO, free_port_base(), policy, around=AROUND)
+    try:
+        stack.start()
+        problems = stack.problems()
+        assert not problems, f"the stack did not start: {problems}"
+        url = stack.settings.url("health", "/v1/nodes")
+        samples: dict[str, Timeline] = {}
+
+        def watch() -> bool:
+            body = httpx.get(url, timeout=5).json()
+            now = time.time()
+            for item in body["nodes"]:
+                signals = [r["signal"] for r in item["reasons"] if "last_seen" not in r]
+                samples.setdefault(item["node"], Timeline()).samples.append((now, item["state"], signals))
+            faults = stack.faults()
+            over = len(faults) == 1 and time.time() > max(f["end_unix"] for f in faults) + 20
+            last = {node: timeline.samples[-1][1] for node, timeline in samples.items()}
+            back = bool(faults) and all(last.get(f["target"]["node"]) == "healthy" for f in faults)
+            return over and back
+
+        wait_until(watch, timeout=300, interval=1.0, what="the fault to come and go through the stack")
+        yield {"faults": {f["kind"]: f for f in stack.faults()}, "samples": samples, "stack": stack}
+    finally:
+        stack.stop()
+
+
+def states_of(live: dict[str, Any], node: str, after: float) -> list[tuple[float, str, list[str]]]:
+    return [s for s in live["samples"][node].samples if s[0] >= after]
+
+
+def test_a_psu_failure_drains_its_node_with_psufailed_and_it_comes_back(live: dict[str, Any]) -> None:
+    fault = live["faults"]["psu_failure"]
+    seen = states_of(live, "n0002", fault["onset_unix"])
+    bad = [(t, state, signals) for t, state, signals in seen if state != "healthy"]
+    assert bad, "n0002 never left healthy"
+    assert {state for _, state, _ in bad} <= {"draining", "drained", "repair"}  # busy in job 7301: draining
+    assert any("PSUFailed" in signals for _, _, signals in bad)
+    assert bad[0][0] - fault["onset_unix"] < 100  # within the fault
+    assert seen[-1][1] == "healthy"
+
+
+def test_nodes_without_a_fault_stay_healthy(live: dict[str, Any]) -> None:
+    for node in ("n0001", "n0003", "n0004", "n0005", "n0006"):
+        assert {state for _, state, _ in live["samples"][node].samples} == {"healthy"}, node
+    events = httpx.get(live["stack"].settings.url("health", "/v1/events")).json()["events"]
+    assert {e["node"] for e in events} == {"n0002"}
+    assert [e["to"] for e in events][-1] == "healthy"

@@ -1,0 +1,166 @@
+"""Nothing lost, nothing doubled: while the twin writes, OpenSearch goes away and comes back, Kafka goes
+away and comes back, and the node-side rsyslog restarts during the Kafka outage. Afterwards every line
+the twin wrote is in the index exactly once. CI uses outages of 10 s; bench/logs_outages.py runs the
+long ones (OpenSearch 5 min, Kafka 1 min)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Consumer, TopicPartition
+
+from conftest import LOSS_SCENARIO, LogStack
+from pipelines.logclasses import LOG_CLASSES
+from pipelines.rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS
+from support import FLEETSIGHT, REPO_ROOT, wait_until
+
+# bench/logs_outages.py sets these to the long outages (OpenSearch 5 min, Kafka 1 min).
+OPENSEARCH_OUTAGE_S = float(os.environ.get("FLEETSIGHT_LOSS_OPENSEARCH_OUTAGE_S", "10"))
+KAFKA_OUTAGE_S = float(os.environ.get("FLEETSIGHT_LOSS_KAFKA_OUTAGE_S", "10"))
+TWIN_DURATION = os.environ.get("FLEETSIGHT_LOSS_TWIN_DURATION", "40m")  # simulated, at 8x real time
+
+
+def written_origins(nodes_root: Path) -> set[tuple[str, int]]:
+    """(file, offset of the line's first byte) of every complete line under the twin's node trees."""
+    origins = set()
+    for path in [*nodes_root.glob("*/var/log/kern.log"), *nodes_root.glob("*/var/log/jobs/*/rank-*.log")]:
+        offset = 0
+        for line in path.read_bytes().splitlines(keepends=True):
+            if line.endswith(b"\n"):
+                origins.add((str(path), offset))
+            offset += len(line)
+    return origins
+
+
+def indexed_origins(stack: LogStack, nodes_root: Path) -> list[tuple[str, int]]:
+    """(file, offset) of every indexed document from the twin's files, one entry per document."""
+    httpx.post(f"{stack.search_url}/fleetsight-logs-*/_refresh", timeout=60).raise_for_status()
+    found: list[tuple[str, int]] = []
+    search_after = None
+    while True:
+        body = {
+            "size": 5000,
+            "_source": ["log.file.path", "log.offset"],
+            "query": {"prefix": {"log.file.path": str(nodes_root) + "/"}},
+            "sort": [{"log.file.path": "asc"}, {"log.offset": "asc"}, {"event.id": "asc"}],
+        }
+        if search_after:
+            body["search_after"] = search_after
+        response = httpx.post(f"{stack.search_url}/fleetsight-logs-*/_search", json=body, timeout=60)
+        response.raise_for_status()
+        hits = response.json()["hits"]["hits"]
+        if not hits:
+            return found
+        found += [(hit["_source"]["log"]["file"]["path"], hit["_source"]["log"]["offset"]) for hit in hits]
+        search_after = hits[-1]["sort"]
+
+
+def kafka_records(stack: LogStack) -> int:
+    """Records in the log topics: lines delivered to Kafka, repeats included."""
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "loss-test-count", "log_level": 0})
+    try:
+        total = 0
+        for log_class in LOG_CLASSES:
+            topic = consumer.list_topics(log_class.topic, timeout=30).topics[log_class.topic]
+            for partition in topic.partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(log_class.topic, partition), timeout=30
+                )
+                total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def outage(
+    stack: LogStack,
+    name: str,
+    seconds: float,
+    lines: Callable[[], int],
+    during: Callable[[], None] = lambda: None,
+) -> str:
+    """Stop a server for `seconds` while the twin keeps writing, then start it again."""
+    before = lines()
+    began = time.monotonic()
+    stop_s = stack.stop(name)
+    during()
+    # The outage's length is the experiment, not a synchronisation: poll the clock.
+    wait_until(lambda: time.monotonic() - began >= seconds, timeout=seconds + 60, what=f"{name}'s outage")
+    stack.start(name)
+    down = time.monotonic() - began
+    return f"{name} down {down:.0f} s (stopped in {stop_s:.1f} s), {lines() - before} lines written meanwhile"
+
+
+def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
+    settings = log_stack.settings
+    nodes_root = settings.data_dir("twin") / "nodes"
+    log_stack.stop("twin")  # the session's twin: its files stay, and count too
+    twin_log = settings.log_file("twin-loss")
+    with twin_log.open("ab") as out:
+        twin = subprocess.Popen(
+            [*FLEETSIGHT, "twin", "run", "--scenario", str(LOSS_SCENARIO),
+             "--out", str(settings.data_dir("twin")), "--speed", "8", "--duration", TWIN_DURATION],
+            env=log_stack.env(), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    events = []
+    try:
+        lines = lambda: len(written_origins(nodes_root))  # noqa: E731
+        wait_until(lambda: lines() > 500, timeout=120, what="the twin to write its first job logs")
+        events.append(outage(log_stack, "opensearch", OPENSEARCH_OUTAGE_S, lines))
+
+        def restart_node_rsyslog() -> None:
+            # A stopping rsyslogd waits up to omkafka's closeTimeout per action for librdkafka (so that
+            # records in flight fail into its failed-message file rather than vanish); a kill only
+            # after that, since a kill can lose what imfile already marked as read.
+            stopped_in = log_stack.stop("logs-node", deadline_s=KAFKA_CLOSE_TIMEOUT_MS / 1000 * 3)
+            log_stack.start("logs-node")
+            events.append(f"node rsyslog restarted during the Kafka outage (stopped in {stopped_in:.1f} s)")
+
+        events.append(outage(log_stack, "kafka", KAFKA_OUTAGE_S, lines, during=restart_node_rsyslog))
+        after = lines()
+        wait_until(lambda: lines() > after + 100, timeout=120, what="the twin to write on after the outages")
+        assert twin.poll() is None, "the twin stopped early: " + twin_log.read_text()[-2000:]
+    finally:
+        # Its last line may be half written: only complete lines count (imfile sends nothing else).
+        twin.terminate()
+        twin.wait(timeout=30)
+
+    written = written_origins(nodes_root)
+    began = time.monotonic()
+
+    def converged() -> bool:
+        return set(indexed_origins(log_stack, nodes_root)) >= written
+
+    try:
+        wait_until(converged, timeout=300, interval=3, what="every written line to be indexed")
+    finally:
+        documents = indexed_origins(log_stack, nodes_root)
+        counts = Counter(documents)
+        missing = written - set(counts)
+        duplicated = sum(n - 1 for n in counts.values())
+        unexpected = set(counts) - written
+        delivered = kafka_records(log_stack)
+        rejected = settings.data_dir("rsyslog-shipper") / "rejected.jsonl"
+        if rejected.exists():
+            print(f"shipper error file: {rejected.read_text()[-3000:]}")
+        node_log = settings.log_file("logs-node")
+        if node_log.exists():
+            warnings = [line for line in node_log.read_text(errors="replace").splitlines() if "data loss" in line]
+            print("node rsyslog on losses: " + ("\n".join(warnings[-5:]) or "nothing"))
+        print(
+            "\n"
+            + "\n".join(events)
+            + f"\ncaught up {time.monotonic() - began:.0f} s after the twin stopped\n"
+            f"lines written: {len(written)}  indexed: {len(counts)}  missing: {len(missing)}  "
+            f"duplicated: {duplicated}  unexpected: {len(unexpected)}  "
+            f"Kafka records: {delivered} ({delivered - len(written):+d} vs written: repeats absorbed by ids)"
+        )
+    assert not missing, sorted(missing)[:10]
+    assert duplicated == 0
+    assert not unexpected, sorted(unexpected)[:10]

@@ -1,0 +1,111 @@
+"""The contract the issue fixes: alert names, labels, annotations, runbooks, and a unit test that fires
+and one that stays silent for every alert."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from fleetsight.xid_catalog import CATALOG
+from rules.ruleset import RUNBOOKS_DIR, alert_names, load_rules, recording_levels
+
+ISSUE_ALERTS = {
+    "NodeDown",
+    "ExporterDown",
+    "GPUFellOffBus",
+    "GPUXidUncorrectable",
+    "GPUNVLinkErrors",
+    "NVSwitchFatal",
+    "GPURowRemapPending",
+    "GPURowRemapFailed",
+    "GPUPowerBrakeActive",
+    "GPUThermalThrottling",
+    "PSUFailed",
+    "PCIeLinkDowngraded",
+    "PCIeBandwidthDegraded",
+    "InfiniBandPortDown",
+    "InfiniBandLinkFlapping",
+    "InfiniBandSymbolErrors",
+    "InfiniBandPortRateDegraded",
+    "LustreClientErrors",
+    "LustreOSTSlow",
+    "StragglerNode",
+}
+RUNBOOK_SECTIONS = (
+    "## What it means",
+    "## Impact on running jobs",
+    "## How to confirm",
+    "## What to do",
+    "## When to escalate",
+)
+UNIT_TESTS = sorted((Path(__file__).resolve().parents[2] / "rules" / "tests").glob("*.yml"))
+
+
+def test_the_alerts_are_exactly_the_issues() -> None:
+    assert set(alert_names(load_rules())) == ISSUE_ALERTS
+
+
+def test_every_alert_has_severity_team_summary_description_and_runbook() -> None:
+    for rule in (r for r in load_rules() if r.is_alert):
+        assert rule.labels.get("severity") in {"critical", "warning", "info"}, rule.name
+        assert rule.labels.get("team") in {"sre", "researcher", "facilities"}, rule.name
+        assert rule.annotations.get("summary"), rule.name
+        assert "$labels.node" in rule.annotations.get("description", "") or rule.name == "LustreOSTSlow", (
+            rule.name
+        )
+        assert rule.annotations.get("runbook_url") == f"docs/runbooks/{rule.name}.md", rule.name
+
+
+def test_every_alert_has_a_runbook_with_the_sections_the_chatbot_reads() -> None:
+    index = (RUNBOOKS_DIR / "README.md").read_text()
+    for name in ISSUE_ALERTS:
+        page = RUNBOOKS_DIR / f"{name}.md"
+        assert page.exists(), page
+        text = page.read_text()
+        assert text.startswith(f"# {name}\n"), name
+        for section in RUNBOOK_SECTIONS:
+            assert section in text, f"{name}: {section}"
+        assert re.search(r"```\n.+\n```", text, re.S), f"{name}: no commands to confirm"
+        assert f"[{name}.md]({name}.md)" in index, f"{name} missing from docs/runbooks/README.md"
+
+
+def xid_codes(rule_name: str) -> set[int]:
+    rule = next(r for r in load_rules() if r.name == rule_name)
+    return {int(c) for c in re.search(r'xid=~"([0-9|]+)"', rule.expr).group(1).split("|")}
+
+
+def test_xid_code_lists_follow_the_catalogue() -> None:
+    """dcgm-exporter gives only the code: the rules list the catalogue's codes per alert."""
+    needs_action = {
+        c for c, i in CATALOG.items() if i.action in ("reset_gpu", "check_hardware", "reboot_node")
+    }
+    nvlink = {c for c, i in CATALOG.items() if i.category == "nvlink"}
+    assert xid_codes("GPUXidUncorrectable") == needs_action - nvlink - {79}
+    assert xid_codes("GPUNVLinkErrors") == nvlink
+
+
+def test_recording_rules_the_alerts_need_form_levels_without_cycles() -> None:
+    rules = load_rules()
+    levels = recording_levels([r for r in rules if r.is_alert], rules)
+    assert levels and all(levels)
+    names_before: set[str] = set()
+    for level in levels:
+        for rule in level:
+            used = {r.name for lvl in levels for r in lvl} & set(
+                re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", rule.expr)
+            )
+            assert used <= names_before, rule.name
+        names_before |= {r.name for r in level}
+
+
+def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> None:
+    fires: set[str] = set()
+    silent: set[str] = set()
+    for path in UNIT_TESTS:
+        for case in yaml.safe_load(path.read_text())["tests"]:
+            for check in case.get("alert_rule_test", []):
+                (fires if check.get("exp_alerts") else silent).add(check["alertname"])
+    assert fires >= ISSUE_ALERTS, ISSUE_ALERTS - fires
+    assert silent >= ISSUE_ALERTS, ISSUE_ALERTS - silent

@@ -1,0 +1,179 @@
+"""`fleetsight rules evaluate`: the scorer on hand-made firings, and the whole pipeline (twin backfill ->
+real Prometheus -> promtool-recorded rules -> alert evaluation -> score) on twin scenarios."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rules.evaluate import Episode, Fault, firing_episodes, load_truth, score
+from rules.ruleset import Rule
+from support import FLEETSIGHT, REPO_ROOT
+
+
+def test_truth_of_both_layouts_is_read(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    lines = [
+        {
+            "id": "f1",
+            "kind": "xid",
+            "target": {"node": "n0003", "gpu": 2, "code": 79},
+            "onset_unix": 100.0,
+            "end_unix": 200.0,
+        },
+        {
+            "id": "f2",
+            "kind": "psu_failure",
+            "node": "n0002",
+            "onset_unix": 300.0,
+            "end_unix": 400.0,
+            "job": "2001",
+        },
+        {
+            "id": "d1",
+            "kind": "checkpoint",
+            "target": {},
+            "onset_unix": 10.0,
+            "end_unix": 20.0,
+            "benign": True,
+        },
+    ]
+    truth.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    faults = load_truth(truth)
+    assert [(f.id, f.node, f.code, f.benign) for f in faults] == [
+        ("f1", "n0003", 79, False),
+        ("f2", "n0002", None, False),
+        ("d1", None, None, True),
+    ]
+    assert faults[0].expected_alerts() == ("GPUFellOffBus",)
+    assert faults[2].expected_alerts() == ()
+
+
+def test_for_clause_is_applied_like_prometheus() -> None:
+    rule = Rule("X", "expr", "g", Path("x.yml"), True, for_seconds=60, labels={"severity": "warning"})
+    # present at 0..45 s (too short for 60 s), gap, then 120..300 s
+    stamps = [0, 15, 30, 45, *range(120, 301, 15)]
+    series = [{"metric": {"__name__": "x", "node": "n1"}, "values": [[t, "1"] for t in stamps]}]
+    episodes = firing_episodes(rule, series, step=15)
+    assert [(e.start, e.end, e.labels) for e in episodes] == [
+        (180, 315, {"node": "n1", "severity": "warning"})
+    ]
+
+
+def test_scoring_counts_caught_missed_false_and_delay() -> None:
+    faults = [
+        Fault("f1", "psu_failure", onset=1000, end=1500, node="n1"),
+        Fault("f2", "thermal_throttle", onset=1000, end=1500, node="n2"),
+        Fault("f3", "ib_port_down", onset=1000, end=1500, node="n3"),
+    ]
+    episodes = [
+        Episode("GPUPowerBrakeActive", {"node": "n1", "gpu": "0"}, 1075, 1600),
+        Episode("GPUThermalThrottling", {"node": "n4", "gpu": "1"}, 1100, 1200),  # wrong node: false
+    ]
+    observable = {
+        "GPUPowerBrakeActive": True,
+        "GPUThermalThrottling": True,
+        "InfiniBandPortDown": False,
+        "PSUFailed": False,
+    }
+    alerts, kinds, false_alerts, missed = score("s", faults, episodes, observable)
+    assert (kinds["psu_failure"].caught, kinds["psu_failure"].delays_s) == (1, [75])
+    assert (kinds["thermal_throttle"].caught, kinds["thermal_throttle"].missed) == (0, 1)
+    assert (kinds["ib_port_down"].missed, kinds["ib_port_down"].not_observable) == (0, 1)
+    assert alerts["GPUThermalThrottling"].false_episodes == 1 and len(false_alerts) == 1
+    assert [m["fault"] for m in missed] == ["f2"]
+
+
+def scenario(path: Path, name: str, seed: int, nodes: int, faults: list[dict]) -> Path:
+    """A small scenario of our own (not a shipped file): the rules must not be tuned to those."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "seed": seed,
+                "start": "2026-11-22T06:00:00Z",
+                "duration": "30m",
+                "tick": "5s",
+                "cluster": {"name": "hpc-t", "nodes": nodes},
+                "jobs": [
+                    {
+                        "id": "7001",
+                        "name": "pretrain-t",
+                        "nodes": nodes,
+                        "profile": "llm-20b",
+                        "checkpoint_interval": "10m",
+                    }
+                ],
+                "faults": faults,
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.stack
+def test_faults_are_caught_and_a_quiet_cluster_raises_nothing(tmp_path: Path) -> None:
+    faulty = scenario(
+        tmp_path / "faulty.yaml",
+        "faulty",
+        seed=7,
+        nodes=6,
+        faults=[
+            {
+                "kind": "psu_failure",
+                "target": {"node": "n0004", "psu": 2},
+                "onset": "8m",
+                "duration": "12m",
+                "magnitude": 200,
+            },
+            {
+                "kind": "xid",
+                "target": {"node": "n0002", "gpu": 6, "code": 79},
+                "onset": "10m",
+                "duration": "10m",
+            },
+            {
+                "kind": "thermal_throttle",
+                "target": {"node": "n0005", "gpu": 1},
+                "onset": "9m",
+                "duration": "10m",
+                "magnitude": 0.6,
+            },
+        ],
+    )
+    quiet = scenario(tmp_path / "quiet.yaml", "quiet", seed=4242, nodes=8, faults=[])
+    result = subprocess.run(
+        [*FLEETSIGHT, "rules", "evaluate", "--scenario", str(faulty), "--scenario", str(quiet), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    by_name = {s["scenario"]: s for s in report["scenarios"]}
+    kinds = by_name["faulty"]["kinds"]
+    for kind in ("psu_failure", "xid", "thermal_throttle"):
+        assert kinds[kind]["caught"] == 1, (kind, by_name["faulty"]["missed_faults"])
+    # `for: 1m` on the power brake: it fires after a minute, within a few evaluations
+    assert 60 <= kinds["psu_failure"]["max_delay_s"] <= 180
+    assert by_name["faulty"]["false_alerts"] == []
+    assert by_name["quiet"]["faults"] == 0 and by_name["quiet"]["false_alerts"] == []
+    # the data the twin backfills reaches the rules (dcgm-exporter's metrics)
+    assert "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" in by_name["quiet"]["metrics_present"]
+
+
+def test_a_missing_scenario_is_a_clear_error() -> None:
+    result = subprocess.run(
+        [*FLEETSIGHT, "rules", "evaluate", "--scenario", "/nonexistent/scenario.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode != 0
+    assert "no scenario file" in result.stderr

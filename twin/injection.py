@@ -1,0 +1,564 @@
+"""Faults and benign disturbances: what each does when it starts, while it lasts and when it ends
+(log lines, dead GPUs, killed jobs, counter jumps), and the per-tick modifiers the physics reads
+(power caps, clock ratios, slow nodes and links, slow OSTs, loss multipliers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import faults as fc
+from . import hardware as hw
+from .counters import THROTTLE_HW_POWER_BRAKE, G, P, stable_hash
+from .scenario import FaultSpec, Scenario
+
+if TYPE_CHECKING:
+    from .workload import JobRun
+
+
+@dataclass
+class ActiveFault:
+    spec: FaultSpec
+    node: int | None
+    state: dict[str, Any] = field(default_factory=dict)
+    effects: list[dict[str, str]] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    started: bool = False
+    ended: bool = False
+    # Per job it touched: [steps the job would have made without it, steps it made] while it lasts.
+    progress: dict[str, list[float]] = field(default_factory=dict)
+    failed_jobs: list[str] = field(default_factory=list)
+    truth: dict[str, Any] | None = None
+
+
+BENIGN_SHARES = {"dataloader_hiccup": 0.5, "os_jitter": 0.3, "slow_rank_logging": 0.2}
+MAX_SLOWDOWN = 100.0  # reported when the job made (almost) no progress during the event
+
+
+def draw_benign(scenario: Scenario, first: int = 1) -> list[FaultSpec]:
+    """Benign disturbances a healthy cluster has, drawn from the seed: data-loader hiccups of
+    seconds, OS jitter of a minute or two, a rank that logs slowly for a few minutes."""
+    rate = scenario.realism.benign_per_node_hour
+    if rate <= 0:
+        return []
+    rng = np.random.default_rng([scenario.seed, 13])
+    kinds = list(BENIGN_SHARES)
+    events: list[FaultSpec] = []
+    for node in scenario.node_names():
+        count = rng.poisson(rate * scenario.duration / 3600.0)
+        for onset in np.sort(rng.uniform(0.0, scenario.duration, count)):
+            kind = str(rng.choice(kinds, p=list(BENIGN_SHARES.values())))
+            if kind == "dataloader_hiccup":
+                magnitude = round(float(rng.uniform(3.0, 20.0)), 1)
+                duration = magnitude
+            elif kind == "os_jitter":
+                magnitude = round(float(rng.uniform(1.02, 1.08)), 3)
+                duration = float(rng.uniform(30.0, 180.0))
+            else:
+                magnitude = round(float(rng.uniform(1.01, 1.04)), 3)
+                duration = float(rng.uniform(120.0, 600.0))
+            events.append(
+                FaultSpec(
+                    id="",
+                    kind=kind,
+                    target={"node": node},
+                    onset=round(float(onset), 1),
+                    duration=round(duration, 1),
+                    magnitude=magnitude,
+                )
+            )
+    events.sort(key=lambda e: (e.onset, e.target["node"]))
+    return [replace(e, id=f"b{first + i:04d}") for i, e in enumerate(events)]
+
+
+class FaultMixin:
+    """The Simulation's fault handling (a mixin: the state lives on the Simulation)."""
+
+    def _update_faults(self) -> None:
+        """Start the events whose onset came, end those whose time is up; only active ones cost."""
+        while self.next_fault < len(self.faults) and self.faults[self.next_fault].spec.onset <= self.t:
+            fault = self.faults[self.next_fault]
+            self.next_fault += 1
+            fault.started = True
+            if fault.spec.benign and self._job_on(fault.node) is None:
+                fault.ended = True  # a disturbance of a job's data path: nothing to disturb
+                continue
+            self._start_fault(fault)
+            self._record_truth(fault)
+            self.active_faults.append(fault)
+        still = []
+        for fault in self.active_faults:
+            if self.t >= fault.spec.onset + fault.spec.duration:
+                fault.ended = True
+                self._end_fault(fault)
+            else:
+                self._during_fault(fault)
+                still.append(fault)
+        self.active_faults = still
+
+    def _record_truth(self, fault: ActiveFault) -> None:
+        spec = fault.spec
+        fault.truth = {
+            "id": spec.id,
+            "kind": spec.kind,
+            "benign": spec.benign,
+            "target": spec.target,
+            "onset": self.iso(spec.onset),
+            "end": self.iso(spec.onset + spec.duration),
+            "onset_unix": round(self.unix(spec.onset), 3),
+            "end_unix": round(self.unix(spec.onset + spec.duration), 3),
+            "magnitude": fault.state.get("magnitude", spec.magnitude),
+            "jobs": fault.jobs,
+            "effects": fault.effects,
+        }
+        self.truth_lines.append(fault.truth)
+        self._fault_with_truth.append(fault)
+        self.refresh_truth()
+
+    def refresh_truth(self) -> None:
+        """Bring each truth line's job, job_slowdown and job_failed up to date."""
+        for fault in self._fault_with_truth:
+            if fault.truth is None or (fault.ended and fault.truth.get("final")):
+                continue
+            ratios = {job: _ratio(expected, made) for job, (expected, made) in fault.progress.items()}
+            job = max(ratios, key=lambda j: (ratios[j], j)) if ratios else None
+            if job is None and fault.jobs:
+                job = fault.jobs[0]
+            fault.truth.update(
+                job=job,
+                job_slowdown=ratios.get(job, 1.0) if job is not None else 1.0,
+                job_failed=job in fault.failed_jobs,
+            )
+
+    def _account_progress(self, job: JobRun) -> None:
+        """What the active events cost this job this tick, in steps."""
+        tick = self.scenario.tick
+        for fault in self.active_faults:
+            progress = fault.progress.get(job.spec.id)
+            if progress is None or job.spec.id in fault.failed_jobs:
+                continue
+            if job.phase == "compute":
+                progress[0] += tick / job.nominal_step_time
+                progress[1] += tick / job.step_time
+            elif job.phase == "stall" and fault.spec.kind == "lustre_ost_slow":
+                # A slow OST starves the data loaders: those stalls are its doing (others are not).
+                progress[0] += tick / max(job.nominal_step_time, 1e-3)
+
+    def _effect(self, fault: ActiveFault, source: str, signature: str) -> None:
+        fault.effects.append({"source": source, "signature": signature})
+
+    def _job_on(self, node: int | None) -> JobRun | None:
+        if node is None or self.node_job[node] < 0:
+            return None
+        return self.jobs[int(self.node_job[node])]
+
+    def _start_fault(self, fault: ActiveFault) -> None:
+        job = self._job_on(fault.node)  # before the handler: it may kill the job
+        if job is not None and job.state == "RUNNING":
+            fault.jobs.append(job.spec.id)
+        handler = getattr(self, f"_start_{fault.spec.kind}")
+        handler(fault, fault.spec, fault.node)
+        for job_id in fault.jobs:
+            fault.progress.setdefault(job_id, [0.0, 0.0])
+        if job is not None and job.state != "RUNNING":
+            fault.failed_jobs.append(job.spec.id)
+
+    def _end_fault(self, fault: ActiveFault) -> None:
+        handler = getattr(self, f"_end_{fault.spec.kind}", None)
+        if handler is not None:
+            handler(fault, fault.spec, fault.node)
+
+    def _during_fault(self, fault: ActiveFault) -> None:
+        if fault.spec.kind == "ib_link_flap":
+            self._flap_tick(fault)
+
+    # Benign disturbances: the node's job is disturbed for a while, nothing breaks.
+    def _start_dataloader_hiccup(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self._effect(fault, "dcgm", f"the node's GPUs idle ~{spec.magnitude:g} s; its peers wait in NCCL")
+        self._effect(fault, "job", "one step longer by the stall")
+
+    def _start_os_jitter(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self._effect(fault, "job", f"the node computes x{spec.magnitude:g} slower for a while (OS noise)")
+
+    def _start_slow_rank_logging(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        job = self._job_on(node)
+        position = int(np.nonzero(job.nodes == node)[0][0]) if job is not None else 0
+        fault.state["rank"] = position * G
+        self._effect(fault, "job", f"rank {position * G} logs slowly; its node x{spec.magnitude:g} slower")
+
+    def _gpu_target(self, spec: FaultSpec) -> int:
+        gpu = int(spec.target.get("gpu", 0))
+        if not 0 <= gpu < G:
+            raise ValueError(f"fault {spec.id}: gpu {gpu} out of range 0..{G - 1}")
+        return gpu
+
+    def _port_target(self, spec: FaultSpec) -> int:
+        port = spec.target.get("port", "mlx5_0")
+        index = int(str(port).removeprefix("mlx5_"))
+        if not 0 <= index < P:
+            raise ValueError(f"fault {spec.id}: port {port} out of range mlx5_0..mlx5_{P - 1}")
+        return index
+
+    # PSU failure: the BMC's power brake caps every GPU (IBM Vela: ~400 W -> ~150 W, job ~3x slower).
+    def _start_psu_failure(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        psu = int(spec.target.get("psu", 0)) % self.psu_ok.shape[1]
+        self.psu_ok[node, psu] = False
+        fault.state.update(psu=psu)
+        self._effect(
+            fault, "redfish", f"PowerSupplies/{psu} Status.Health=Critical, LineInputStatus=LossOfInput"
+        )
+        self._effect(
+            fault,
+            "dcgm",
+            f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS has bit {THROTTLE_HW_POWER_BRAKE} (HW Power Brake)",
+        )
+        self._effect(
+            fault, "dcgm", f"DCGM_FI_DEV_POWER_USAGE <= {spec.magnitude:.0f} W on all GPUs of the node"
+        )
+        self._effect(
+            fault, "job", "step time of the node's job rises about 3x; peers' tensor activity and power fall"
+        )
+
+    def _end_psu_failure(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self.psu_ok[node, fault.state["psu"]] = True
+
+    def _start_thermal_throttle(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        gpu = self._gpu_target(spec)
+        fault.state.update(gpu=gpu)
+        self._effect(
+            fault,
+            "dcgm",
+            f"gpu {gpu}: DCGM_FI_DEV_GPU_TEMP ~ 90 C, throttle bits 0x20|0x40, SM clock x{spec.magnitude}",
+        )
+        self._effect(fault, "job", "the node becomes the job's straggler")
+
+    def _start_pcie_downgrade(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        gpu = self._gpu_target(spec)
+        index = self.gpu_pci_index(gpu)
+        gen = int(spec.target.get("gen", spec.magnitude if spec.magnitude >= 1 else 1))
+        width = int(spec.target.get("width", self.pci_max_width[node, index]))
+        self.pci_gen[node, index] = max(1, min(gen, 5))
+        self.pci_width[node, index] = width
+        self._measure_h2d()
+        fault.state.update(gpu=gpu, index=index)
+        bdf = hw.GPU_BDFS[gpu]
+        self._effect(
+            fault,
+            "sysfs",
+            f"bus/pci/devices/{bdf}/current_link_speed={hw.PCIE_GEN_SPEED[int(self.pci_gen[node, index])]}, "
+            f"current_link_width={width}",
+        )
+        self._effect(
+            fault,
+            "pcie_bandwidth",
+            f"gpu {gpu} host_to_device ~{self.h2d_bandwidth[node, gpu] / 1e9:.1f} GB/s",
+        )
+
+    def _end_pcie_downgrade(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        index = fault.state["index"]
+        self.pci_gen[node, index] = self.pci_max_gen[node, index]
+        self.pci_width[node, index] = self.pci_max_width[node, index]
+        self._measure_h2d()
+
+    def _start_ib_link_flap(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        port = self._port_target(spec)
+        flaps = max(1, int(spec.magnitude))
+        rng = random.Random(stable_hash(self.scenario.seed, spec.id) & 0xFFFFFFFF)
+        times = sorted(rng.uniform(0, spec.duration * 0.8) for _ in range(flaps))
+        fault.state.update(port=port, flap_times=times, next=0, down_until=-1.0)
+        self.ib_symbol_rate[node, port] = 40.0
+        width = spec.target.get("width")
+        if width:
+            fault.state["width"] = int(width)
+        device = hw.IB_DEVICES[port]
+        self._effect(
+            fault,
+            "sysfs",
+            f"class/infiniband/{device}/ports/1/counters/link_downed +{flaps}, symbol_error rising",
+        )
+        self._effect(fault, "sysfs", f"class/infiniband/{device}/ports/1/state 1: DOWN while flapping")
+        self._effect(fault, "kern.log", f"mlx5_core {hw.HCA_BDFS[port]}: ... Link down")
+        self._effect(fault, "ufm", "events 'Link went down' / 'Link went up' on the port")
+
+    def _flap_tick(self, fault: ActiveFault) -> None:
+        node, port, state = fault.node, fault.state["port"], fault.state
+        elapsed = self.t - fault.spec.onset
+        if state["down_until"] >= 0 and self.t >= state["down_until"]:
+            self._ib_port_up(node, port, state.get("width", 4))
+            state["down_until"] = -1.0
+        times = state["flap_times"]
+        if state["next"] < len(times) and elapsed >= times[state["next"]] and state["down_until"] < 0:
+            state["next"] += 1
+            self._ib_port_down(node, port)
+            state["down_until"] = self.t + self.scenario.tick * (1 + self.prng.randrange(2))
+
+    def _end_ib_link_flap(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        port = fault.state["port"]
+        self.ib_symbol_rate[node, port] = 0.0
+        if not self.ib_up[node, port]:
+            self._ib_port_up(node, port, 4)
+        self.ib_width[node, port] = 4
+
+    def _ib_port_down(self, node: int, port: int) -> None:
+        self.ib_up[node, port] = False
+        self.ib_counters["link_downed"][node, port] += np.uint64(1)
+        self.ib_counters["link_error_recovery"][node, port] += np.uint64(1)
+        self.ib_counters["symbol_error"][node, port] += np.uint64(self.prng.randrange(5, 60))
+        bdf = hw.HCA_BDFS[port]
+        for line in fc.ib_link_lines(bdf, hw.netdev_name(bdf), hw.IB_DEVICES[port], up=False):
+            self.klog(node, line)
+        self._ufm_port_event(node, port, down=True)
+
+    def _ib_port_up(self, node: int, port: int, width: int) -> None:
+        self.ib_up[node, port] = True
+        self.ib_width[node, port] = width
+        bdf = hw.HCA_BDFS[port]
+        for line in fc.ib_link_lines(bdf, hw.netdev_name(bdf), hw.IB_DEVICES[port], up=True):
+            self.klog(node, line, 0.2)
+        self._ufm_port_event(node, port, down=False)
+
+    def _ufm_port_event(self, node: int, port: int, down: bool) -> None:
+        guid = hw.hca_guid(self.scenario.seed, self.nodes[node], port)
+        leaf, leaf_port = self.topology.leaf(node, port)
+        self.ufm_events.append(
+            {
+                "id": len(self.ufm_events) + 1,
+                "name": "Link went down" if down else "Link went up",
+                "type": "Port",
+                "event_type": "913" if down else "912",
+                "severity": "Critical" if down else "Info",
+                "timestamp": dt.datetime.fromtimestamp(self.unix(), dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[
+                    :-3
+                ],
+                "counter": "N/A",
+                "category": "Fabric Topology",
+                "object_name": f"{guid}_1",
+                "object_path": f"default / Computer: {self.nodes[node]} / computer IB Port: "
+                "{self.nodes[node]} {hw.IB_DEVICES[port]}",
+                "write_to_syslog": True,
+                "description": (
+                    f"Link {'went down' if down else 'went up'}: ({self.nodes[node]}:{hw.IB_DEVICES[port]}:1)"
+                    f" - ({leaf}:{leaf_port})"
+                ),
+            }
+        )
+
+    def _start_ib_port_down(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        port = self._port_target(spec)
+        fault.state.update(port=port)
+        self._ib_port_down(node, port)
+        self._effect(
+            fault,
+            "sysfs",
+            f"class/infiniband/{hw.IB_DEVICES[port]}/ports/1/state 1: DOWN, phys_state 3: Disabled",
+        )
+        self._effect(fault, "ufm", "port logical_state Down; event 'Link went down'")
+        if port < hw.COMPUTE_PORTS:
+            job = self._job_on(node)
+            if job is not None and job.state == "RUNNING":
+                self._effect(
+                    fault, "app_log", "NCCL WARN NET/IB ... transport retry counter exceeded; job fails"
+                )
+                self._kill_job(job, "nccl_ib", node, fault.spec.onset + 30.0)
+
+    def _end_ib_port_down(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        if self.alive[node]:
+            self._ib_port_up(node, fault.state["port"], 4)
+
+    def _start_xid(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        gpu = self._gpu_target(spec)
+        code = int(spec.target.get("code", spec.magnitude)) or fc.draw_xid(
+            random.Random(stable_hash(self.scenario.seed, spec.id) & 0xFFFF)
+        )
+        fault.state.update(gpu=gpu, magnitude=float(code), code=code)
+        self._emit_xid(fault, node, gpu, code)
+        if code in fc.XID_ROW_REMAP:
+            self.remap_pending[node, gpu] = 1
+            self.remap_correctable[node, gpu] += 1 if code == 63 else 0
+            self.remap_uncorrectable[node, gpu] += 0 if code == 63 else 1
+            self._effect(fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_PENDING=1")
+        if code == 64:
+            self.remap_failed[node, gpu] = 1
+            self._effect(fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_FAILED=1")
+        if code in (48, 95):
+            self.ecc_dbe[node, gpu] += 1
+        if code in fc.XID_NEEDS_RESET:
+            fault.state["blocks_scheduling"] = True
+        if code == 79:
+            self.gpu_present[node, gpu] = False
+            self._effect(fault, "dcgm", f"gpu {gpu}: its series disappear from /metrics")
+            self._effect(fault, "sysfs", f"bus/pci/devices/{hw.GPU_BDFS[gpu]}/current_link_speed=Unknown")
+        job = self._job_on(node)
+        if code in fc.XID_KILLS_JOB and job is not None and job.state == "RUNNING":
+            self._effect(fault, "app_log", "CUDA error in the rank on that GPU; job fails")
+            self._kill_job(job, f"xid{code}", node, spec.onset + 2.0, gpu=gpu)
+
+    def _emit_xid(self, fault: ActiveFault, node: int, gpu: int, code: int) -> None:
+        rng = random.Random(stable_hash(self.scenario.seed, fault.spec.id, code) & 0xFFFFFFFF)
+        job = self._job_on(node)
+        pid = 10000 + rng.randrange(50000) if job is not None else 0
+        process = "python3" if job is not None else "<unknown>"
+        pid_text: Any = pid if job is not None else "'<unknown>'"
+        newer = rng.random() < 0.8
+        message = fc.xid_message(code, pid_text, process, rng, newer_driver=newer)
+        bus = hw.xid_bus_id(hw.GPU_BDFS[gpu])
+        self.klog(node, fc.xid_line(bus, code, message))
+        if code == 79:
+            self.klog(node, f"NVRM: GPU {hw.GPU_BDFS[gpu]}: GPU has fallen off the bus.", 0.001)
+        self.xid_last[node, gpu] = code
+        self._effect(fault, "kern.log", f"NVRM: Xid (PCI:{bus}): {code},")
+        self._effect(fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_XID_ERRORS={code}")
+
+    def _end_xid(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        if fault.state.get("code") in fc.XID_NEEDS_RESET:
+            self._reboot(node, "operator reset after Xid")
+        elif fault.state.get("code") in fc.XID_ROW_REMAP:
+            self._reset_gpu(node, fault.state["gpu"])
+
+    def _start_hbm_row_remap(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        gpu = self._gpu_target(spec)
+        fault.state.update(gpu=gpu)
+        rows = max(1, int(spec.magnitude))
+        self.ecc_sbe[node, gpu] += 3 * rows
+        self.remap_correctable[node, gpu] += rows
+        self.remap_pending[node, gpu] = 1
+        self._emit_xid(fault, node, gpu, 63)
+        self._effect(
+            fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_PENDING=1, CORRECTABLE_REMAPPED_ROWS +{rows}"
+        )
+
+    def _end_hbm_row_remap(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self._reset_gpu(node, fault.state["gpu"])
+
+    def _reset_gpu(self, node: int, gpu: int) -> None:
+        """An operator's GPU reset (between jobs): the remapped rows become active, pending clears."""
+        self.remap_pending[node, gpu] = 0
+        self.xid_last[node, gpu] = 0
+        self.klog(
+            node, f"NVRM: GPU at PCI:{hw.GPU_BDFS[gpu]}: GPU-{self.gpu_uuids[node][gpu][4:]}: GPU reset"
+        )
+
+    def _start_host_crash(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self.alive[node] = False
+        fault.state["blocks_scheduling"] = True
+        self._effect(fault, "dcgm", "the node's /metrics stops answering (scrape fails)")
+        self._effect(fault, "kern.log", "no lines during the outage, then a boot (uptime restarts at 0)")
+        self._effect(fault, "sysfs", "IB counters reset to 0 after the reboot")
+        job = self._job_on(node)
+        if job is not None and job.state == "RUNNING":
+            self._effect(fault, "app_log", "peers: NCCL watchdog timeout; job fails")
+            self._kill_job(job, "host_crash", node, spec.onset + 60.0, silent_node=node)
+        for port in range(P):
+            self.ib_up[node, port] = False
+            self._ufm_port_event(node, port, down=True)
+
+    def _end_host_crash(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self._reboot(node, "host crash")
+
+    def _start_nvswitch_fatal(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        switch = int(spec.target.get("nvswitch", 0)) % len(hw.NVSWITCH_BDFS)
+        rng = random.Random(stable_hash(self.scenario.seed, spec.id) & 0xFFFFFFFF)
+        for line in fc.sxid_lines(switch, hw.NVSWITCH_BDFS[switch], rng):
+            self.klog(node, line)
+        fault.state.update(blocks_scheduling=True, switch=switch)
+        self._effect(
+            fault, "kern.log", f"nvidia-nvswitch{switch}: SXid (PCI:{hw.NVSWITCH_BDFS[switch]}): 24007, Fatal"
+        )
+        self._effect(fault, "dcgm", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL stops increasing on every GPU")
+        job = self._job_on(node)
+        if job is not None and job.state == "RUNNING":
+            self._effect(fault, "app_log", "NCCL error on the node's ranks; job fails")
+            self._kill_job(job, "nvswitch", node, spec.onset + 5.0)
+
+    def _end_nvswitch_fatal(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self._reboot(node, "NVSwitch fatal error")
+
+    def _start_lustre_ost_slow(self, fault: ActiveFault, spec: FaultSpec, node: int | None) -> None:
+        ost = int(spec.target["ost"]) % len(self.ost_slow)
+        fault.state.update(ost=ost)
+        self._effect(
+            fault,
+            "procfs",
+            f"osc/{self.scenario.cluster.lustre_fsname}-OST{ost:04x}-osc-*/stats req_waittime rises "
+            f"x{spec.magnitude:g}",
+        )
+        self._effect(
+            fault, "kern.log", "ptlrpc_expire_one_request ... Request sent has timed out for slow reply"
+        )
+        self._effect(fault, "job", "checkpoints take longer; more data-loader stalls on every job")
+        for job in self.jobs:
+            if job.state == "RUNNING" and job.spec.id not in fault.jobs:
+                fault.jobs.append(job.spec.id)
+
+    def _end_lustre_ost_slow(self, fault: ActiveFault, spec: FaultSpec, node: int | None) -> None:
+        ost = fault.state["ost"]
+        fsname = self.scenario.cluster.lustre_fsname
+        for n in fault.state.get("warned", []):
+            self.klog(n, fc.lustre_recovered_line(fsname, ost, self.lustre_instance[n]))
+
+    def _start_gray_slow_node(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        self._effect(
+            fault, "job", f"the node computes x{spec.magnitude:g} slower with no hardware signal; peers wait"
+        )
+
+    def _start_loss_spike(self, fault: ActiveFault, spec: FaultSpec, node: int | None) -> None:
+        job_id = str(spec.target.get("job")) if "job" in spec.target else None
+        if job_id is None and node is not None and self._job_on(node) is not None:
+            job_id = self._job_on(node).spec.id
+        fault.state.update(job=job_id)
+        if job_id is not None:
+            fault.jobs.append(job_id)
+        self._effect(fault, "app_log", f"lm loss x{spec.magnitude:g} and grad norm spike in rank logs")
+
+    # ----------------------------------------------------------------------------------- modifiers
+    def _apply_modifiers(self) -> None:
+        self.cap_w[:] = hw.GPU_TDP_W
+        self.clock_ratio[:] = 1.0
+        self.brake[:] = False
+        self.thermal[:] = False
+        self.node_slow[:] = 1.0
+        self.comm_slow[:] = 1.0
+        self.ost_slow[:] = 1.0
+        self.loss_mult = {}
+        self.node_stall[:] = 0.0
+        self.thermal_ratio[:] = 1.0
+        for fault in self.active_faults:
+            spec, node = fault.spec, fault.node
+            if spec.kind == "psu_failure":
+                cap = spec.magnitude
+                self.cap_w[node] = cap
+                self.brake[node] = True
+                # Clocks fall with the cap: at ~150 W an H100 runs about a third as fast.
+                self.clock_ratio[node] = min(1.0, (cap / 600.0) ** 0.8)
+            elif spec.kind == "thermal_throttle":
+                gpu = fault.state["gpu"]
+                self.thermal[node, gpu] = True
+                self.thermal_ratio[node, gpu] = spec.magnitude
+                self.clock_ratio[node, gpu] = min(self.clock_ratio[node, gpu], spec.magnitude)
+            elif spec.kind in ("gray_slow_node", "os_jitter", "slow_rank_logging"):
+                self.node_slow[node] *= spec.magnitude
+            elif spec.kind == "dataloader_hiccup":
+                ticks = max(1, math.ceil(spec.duration / self.scenario.tick))
+                self.node_stall[node] = max(self.node_stall[node], spec.magnitude / ticks)
+            elif spec.kind == "ib_link_flap" and not self.ib_up[node, fault.state["port"]]:
+                self.comm_slow[node] *= 2.5
+            elif spec.kind == "ib_link_flap" and self.ib_width[node, fault.state["port"]] < 4:
+                self.comm_slow[node] *= 1.6
+            elif spec.kind == "lustre_ost_slow":
+                self.ost_slow[fault.state["ost"]] = max(self.ost_slow[fault.state["ost"]], spec.magnitude)
+            elif spec.kind == "loss_spike" and fault.state.get("job"):
+                self.loss_mult[fault.state["job"]] = spec.magnitude
+
+
+def _ratio(expected: float, made: float) -> float:
+    """The job's step-time ratio over the event: steps it would have made over steps it made."""
+    if expected <= 0:
+        return 1.0
+    if made <= expected / MAX_SLOWDOWN:
+        return MAX_SLOWDOWN
+    return round(float(expected / made), 4)

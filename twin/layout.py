@@ -1,0 +1,106 @@
+"""The twin's output layout, defined once: where each node's files lie under a run's output folder
+(``OUT``, e.g. ``run/data/twin``), and where its BMC answers on the twin's HTTP server.
+
+The twin's writers lay the files out with these functions, and whoever reads them (the stack runner
+building the node agents' nodes file, tests) finds them with the same functions. Pure: paths and
+names only, no numpy and no other twin module, so a reader imports it without the simulator.
+
+    OUT/meta.json                                   the run: nodes (name, GPUs...), jobs, start
+    OUT/nodes/<node>/sys/...                        sysfs: PCI devices, InfiniBand ports, Lustre
+    OUT/nodes/<node>/proc/...                       procfs: Lustre client stats, boot id
+    OUT/nodes/<node>/var/log/kern.log               the kernel log (syslog format)
+    OUT/nodes/<node>/var/log/jobs/<job>/            the job's per-rank logs
+    OUT/nodes/<node>/fleetsight/pcie_bandwidth.json the PCIe bandwidth probe's results
+    http://<twin>/bmc/<node>/redfish/v1/...         the node's BMC (Redfish)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+META_FILE = "meta.json"
+NODES_DIR = "nodes"
+KERNEL_LOG = "var/log/kern.log"
+KERNEL_LOG_FORMAT = "syslog"  # RFC 3339 stamp, host, "kernel:", message
+JOB_LOGS_DIR = "var/log/jobs"
+PCIE_BANDWIDTH_FILE = "fleetsight/pcie_bandwidth.json"
+BMC_URL_PATH = "/bmc/{node}"
+
+
+def meta_file(out: str | Path) -> Path:
+    return Path(out) / META_FILE
+
+
+def node_root(out: str | Path, node: str) -> Path:
+    return Path(out) / NODES_DIR / node
+
+
+def sysfs_root(out: str | Path, node: str) -> Path:
+    return node_root(out, node) / "sys"
+
+
+def procfs_root(out: str | Path, node: str) -> Path:
+    return node_root(out, node) / "proc"
+
+
+def kernel_log(out: str | Path, node: str) -> Path:
+    return node_root(out, node) / KERNEL_LOG
+
+
+def job_log_dir(out: str | Path, node: str, job: str) -> Path:
+    return node_root(out, node) / JOB_LOGS_DIR / job
+
+
+def pcie_bandwidth_file(out: str | Path, node: str) -> Path:
+    return node_root(out, node) / PCIE_BANDWIDTH_FILE
+
+
+def bmc_url(twin_url: str, node: str) -> str:
+    """The node's BMC base URL on the twin's HTTP server (Redfish below it)."""
+    return twin_url.rstrip("/") + BMC_URL_PATH.format(node=node)
+
+
+def read_meta(out: str | Path) -> dict:
+    """The run's meta.json, or {} while it is not written yet (or unreadable)."""
+    try:
+        meta = json.loads(meta_file(out).read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def node_names(out: str | Path) -> list[str]:
+    """The run's nodes: from meta.json (entries are objects with a ``name``, or names), else the
+    folders under ``nodes/``."""
+    names = []
+    for entry in read_meta(out).get("nodes", []):
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            names.append(entry["name"])
+        elif isinstance(entry, str):
+            names.append(entry)
+    if names:
+        return names
+    nodes_dir = Path(out) / NODES_DIR
+    try:
+        return sorted(d.name for d in os.scandir(nodes_dir) if d.is_dir())
+    except OSError:
+        return []
+
+
+def node_gpus(out: str | Path) -> dict[str, list[dict]]:
+    """Each node's GPU map from meta.json: ``{node: [{"gpu", "pci_bdf", "uuid"}, ...]}``."""
+    found = {}
+    for entry in read_meta(out).get("nodes", []):
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("gpus"), list)
+        ):
+            found[entry["name"]] = [
+                {key: gpu.get(key) for key in ("gpu", "pci_bdf", "uuid")}
+                for gpu in entry["gpus"]
+                if isinstance(gpu, dict)
+            ]
+    return found

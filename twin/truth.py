@@ -1,0 +1,91 @@
+"""Ground truth: where it lies (outside the data folder), how it is written, and how scorers read it.
+
+The format is the contract of docs/twin.md ("Ground truth"). Pure: json and pathlib only, so a scorer
+imports it without the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+TRUTH_SUFFIX = ".truth.jsonl"
+SCENARIO_SUFFIX = ".scenario.json"
+# Every line has these keys (docs/twin.md); scorers may rely on them.
+TRUTH_KEYS = (
+    "id",
+    "kind",
+    "benign",
+    "target",
+    "onset",
+    "end",
+    "onset_unix",
+    "end_unix",
+    "magnitude",
+    "jobs",
+    "job",
+    "job_slowdown",
+    "job_failed",
+    "effects",
+)
+
+
+class TruthError(ValueError):
+    """A truth file that cannot be read, with the file and line."""
+
+
+def default_truth_path(out: str | Path) -> Path:
+    """``<out>.truth.jsonl`` beside the output folder, never inside it."""
+    out = Path(out).resolve()
+    return out.parent / f"{out.name}{TRUTH_SUFFIX}"
+
+
+def scenario_path(truth: str | Path) -> Path:
+    """Where the scenario's name, description and seed go: beside the truth file."""
+    return Path(truth).with_suffix(SCENARIO_SUFFIX)
+
+
+def check_outside(truth: str | Path, out: str | Path) -> None:
+    """Refuse a truth path inside the data folder: a component under evaluation would read it."""
+    truth_path, out_path = Path(truth).resolve(), Path(out).resolve()
+    if truth_path == out_path or out_path in truth_path.parents:
+        raise ValueError(f"--truth {truth}: must lie outside the output folder {out}")
+
+
+def load_truth(path: str | Path) -> list[dict[str, Any]]:
+    """Every truth line as a dict, sorted by onset, then id."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TruthError(f"{path}: cannot read: {exc.strerror}") from exc
+    lines = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError as exc:
+            raise TruthError(f"{path}:{number}: not JSON: {exc}") from exc
+        missing = [key for key in TRUTH_KEYS if key not in entry]
+        if missing:
+            raise TruthError(f"{path}:{number}: missing keys {', '.join(missing)}")
+        lines.append(entry)
+    return sorted(lines, key=lambda entry: (entry["onset_unix"], entry["id"]))
+
+
+def write_lines(path: str | Path, lines: list[dict[str, Any]]) -> None:
+    """Replace the whole file by rename, so a reader sees the old or the new file, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    os.replace(tmp, path)
+
+
+def write_scenario(path: str | Path, info: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
