@@ -67,3 +67,46 @@ class Stack:
                 process.wait(timeout=20)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 os.killpg(process.pid, 9)
+
+
+# A realistic mix of node lines per topic (weights: training progress dominates, as on a real cluster).
+LINES = [
+    ("fleetsight-logs-application", "[{ts}] iteration {n:>8d}/ 2000000 | consumed samples: {n:>12d} | elapsed time per "
+     "iteration (ms): 2512.4 | learning rate: 2.994E-04 | global batch size:   256 | lm loss: 2.345678E+00 | loss scale: "
+     "1.0 | grad norm: 0.812 | number of skipped iterations:   0 | number of nan iterations:   0 |", 80),
+    ("fleetsight-logs-application", "[{ts}] [rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective "
+     "operation timeout: WorkNCCL(SeqNum={n}, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, Timeout(ms)=600000) "
+     "ran for 600061 milliseconds before timing out.", 5),
+    ("fleetsight-logs-application", "[{ts}] RuntimeError: CUDA error: an illegal memory access was encountered", 3),
+    ("fleetsight-logs-kernel", "{iso} n{r:04d} kernel: [1229615.939836] NVRM: Xid (PCI:0000:3a:00): 79, pid={n}, "
+     "name=python3, GPU has fallen off the bus.", 4),
+    ("fleetsight-logs-kernel", "{iso} n{r:04d} kernel: [679631.862334] nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 24007, "
+     "Fatal, Link 28 sourcetrack TCEN0 crumbstore ECC DBE Error", 2),
+    ("fleetsight-logs-kernel", "{iso} n{r:04d} kernel: [2922109.612490] LustreError: 11-0: lustre-OST0003-osc-ffff4d6a: "
+     "operation ost_write to node 10.10.0.13@o2ib failed: rc = -107", 3),
+    ("fleetsight-logs-kernel", "{iso} n{r:04d} kernel: [3134916.473307] mlx5_core 0000:3c:00.0: "
+     "mlx5_port_change_event:307:(pid 0): Link down", 3),
+]  # fmt: skip
+
+
+def node_records(lines: int, seed: int = 1) -> list[tuple[str, dict]]:
+    """`lines` (topic, record) pairs of the mix, shaped as the node-side rsyslog sends them."""
+    import datetime as dt
+
+    rng = random.Random(seed)
+    population = [entry for entry in LINES for _ in range(entry[2])]
+    now = dt.datetime.now(dt.UTC)
+    ts, iso = now.strftime("%Y-%m-%d %H:%M:%S"), now.isoformat()
+    records = []
+    for n in range(lines):
+        topic, template, _ = rng.choice(population)
+        node = f"n{n % 512:04d}"
+        line = template.format(ts=ts, iso=iso, n=n, r=n % 512)
+        kernel = topic.endswith("kernel")
+        path = "/var/log/kern.log" if kernel else f"/var/log/jobs/9000/rank-{n % 4096}.log"
+        records.append(
+            (topic, {"@timestamp": iso, "message": line, "host": {"name": node},
+                     "log": {"file": {"path": path}, "offset": n}, "event": {"id": f"{node}:{path}:{n}"},
+                     "fleetsight": {"cluster": "bench"}})
+        )  # fmt: skip
+    return records
