@@ -57,7 +57,12 @@ def cli() -> None:
     help="Policy YAML file.",
 )
 @click.option("--listen", default=None, help="HOST:PORT (default: the stack's `health` port).")
-@click.option("--alertmanager-url", envvar="FLEETSIGHT_ALERTMANAGER_URL", help="Alertmanager (API v2).")
+@click.option(
+    "--alertmanager-url",
+    envvar="FLEETSIGHT_ALERTMANAGER_URL",
+    help="Alertmanager (API v2); an HA pair comma-separated: alerts are read from each (once each), and "
+    "the health state holds while one of them answers.",
+)
 @click.option(
     "--prometheus-url", envvar="FLEETSIGHT_PROMETHEUS_URL", help="Prometheus (up, stragglers, ALERTS)."
 )

@@ -1,4 +1,4 @@
-"""The health service in the local stack: it reads the stack's Alertmanager and Prometheus (and the
+"""The health service in the local stack: it reads the stack's Alertmanager pair and Prometheus (and the
 twin's slurmrestd-style jobs endpoint), and Prometheus scrapes its ``fleetsight_node_health_state``."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def command(settings: Settings) -> list[str]:
         "--listen",
         f"127.0.0.1:{settings.port('health')}",
         "--alertmanager-url",
-        settings.url("alertmanager"),
+        f"{settings.url('alertmanager')},{settings.url('alertmanager_b')}",
         "--prometheus-url",
         settings.url("prometheus"),
         "--scheduler-url",
@@ -51,7 +51,7 @@ COMPONENTS = [
         ready=lambda s: http_ok(s.url("health", "/-/ready")),
         urls=lambda s: {"api": s.url("health", "/v1/nodes"), "docs": s.url("health", "/docs")},
         scrape_configs=scrape_configs,
-        depends_on=("alertmanager",),
+        depends_on=("alertmanager", "alertmanager-b"),
         ready_timeout_s=30.0,
     ),
 ]

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from .engine import BREAKER_RUNBOOK, STATES, HealthEngine, Observation, young_interval
 from .policy import Policy, PolicyError, parse_duration
-from .sources import Sources
+from .sources import Sources, split_urls
 
 log = logging.getLogger("health.service")
 SCOPES = ("read", "drain", "override")
@@ -187,11 +187,15 @@ class HealthService:
             "startsAt": iso_z(breaker["since"] or now),
             "endsAt": iso_z(ends),
         }
-        try:
-            httpx.post(f"{self.breaker_alert_url}/api/v2/alerts", json=[alert], timeout=3).raise_for_status()
+        sent = 0
+        for url in split_urls(self.breaker_alert_url):  # like Prometheus: to every Alertmanager of the pair
+            try:
+                httpx.post(f"{url}/api/v2/alerts", json=[alert], timeout=3).raise_for_status()
+                sent += 1
+            except httpx.HTTPError as exc:
+                log.warning("event=breaker_alert_failed alertmanager=%s error=%s", url, exc)
+        if sent:
             self._breaker_alert_open = breaker["open"]
-        except httpx.HTTPError as exc:
-            log.warning("event=breaker_alert_failed error=%s", exc)
 
     def run_forever(self) -> None:
         while not self.stop_event.is_set():

@@ -71,6 +71,11 @@ def expand_hostlist(expression: str) -> list[str]:
     return names
 
 
+def split_urls(urls: str | None) -> list[str]:
+    """``"http://a:9093, http://b:9093/"`` -> ``["http://a:9093", "http://b:9093"]``."""
+    return [url.strip().rstrip("/") for url in (urls or "").split(",") if url.strip()]
+
+
 class Sources:
     """Collects every configured source once per refresh."""
 
@@ -87,6 +92,8 @@ class Sources:
     ) -> None:
         self.policy = policy
         self.alertmanager_url = alertmanager_url
+        # An HA pair (or more), comma-separated: Prometheus sends every alert to each, so either answers.
+        self.alertmanager_urls = split_urls(alertmanager_url)
         self.prometheus_url = prometheus_url
         self.anomaly_url = anomaly_url
         self.scheduler_url = scheduler_url.rstrip("/") if scheduler_url else None
@@ -141,14 +148,35 @@ class Sources:
         return Signal(node, name, source, since, self.policy.effect(name, severity), runbook=runbook, **extra)
 
     # ------------------------------------------------------------------------------ Alertmanager
+    def _active_alerts(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """Active alerts of every Alertmanager of the pair, once each (by fingerprint), and which
+        Alertmanagers did not answer; raises only when none did."""
+        alerts: dict[str, dict[str, Any]] = {}
+        failures: list[str] = []
+        for url in self.alertmanager_urls:
+            try:
+                response = self.client.get(
+                    f"{url}/api/v2/alerts",
+                    params={"active": "true", "silenced": "false", "inhibited": "false"},
+                )
+                response.raise_for_status()
+                answered = response.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                failures.append(f"{url}: {type(exc).__name__}: {exc}")
+                if len(failures) == len(self.alertmanager_urls):
+                    raise
+                continue
+            for alert in answered:
+                key = alert.get("fingerprint") or repr(sorted(alert.get("labels", {}).items()))
+                alerts.setdefault(key, alert)
+        return list(alerts.values()), failures
+
     def _alertmanager(self, now: float) -> SourceResult:
-        response = self.client.get(
-            f"{self.alertmanager_url}/api/v2/alerts",
-            params={"active": "true", "silenced": "false", "inhibited": "false"},
-        )
-        response.raise_for_status()
+        active, failures = self._active_alerts()
+        if failures:
+            log.warning("event=alertmanager_peer_failed errors=%s", "; ".join(failures))
         signals = []
-        for alert in response.json():
+        for alert in active:
             labels = alert.get("labels", {})
             node = node_of(labels)
             if node is None or alert.get("status", {}).get("state", "active") != "active":
@@ -166,7 +194,7 @@ class Sources:
                     evidence={"labels": labels, "fingerprint": alert.get("fingerprint")},
                 )
             )
-        return SourceResult("alertmanager", True, signals=signals)
+        return SourceResult("alertmanager", True, signals=signals, error="; ".join(failures))
 
     # ------------------------------------------------------------------------------ Prometheus
     def query(self, promql: str) -> list[dict[str, Any]]:

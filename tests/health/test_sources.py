@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from conftest import Process
+from conftest import Process, post_alert
 from health.policy import Policy
 from health.sources import Sources
 from support import free_port, wait_until
@@ -82,3 +82,32 @@ def test_a_source_that_fails_is_reported_and_the_others_still_count(prometheus: 
         assert results["prometheus"].ok is True
     finally:
         sources.close()
+
+
+def test_an_alertmanager_pair_is_read_once_each_and_one_answering_is_enough(alertmanager: str) -> None:
+    post_alert(alertmanager, "PSUFailed", "pair01", psu="2")
+    silent = f"http://127.0.0.1:{free_port()}"  # nothing listens: the pair's other half is down
+
+    def psu_signals(urls: str) -> tuple[list, str]:
+        sources = Sources(Policy(), alertmanager_url=urls)
+        try:
+            (result,) = [r for r in sources.collect(time.time()) if r.name == "alertmanager"]
+        finally:
+            sources.close()
+        assert result.ok, result.error
+        return [s for s in result.signals if s.node == "pair01" and s.name == "PSUFailed"], result.error
+
+    # Both halves answer with the same alert (gossip or Prometheus sending to each): one signal.
+    wait_until(lambda: psu_signals(alertmanager)[0], what="the alert in Alertmanager")
+    signals, error = psu_signals(f"{alertmanager},{alertmanager}/")
+    assert len(signals) == 1 and not error
+    signals, error = psu_signals(f"{silent}, {alertmanager}")
+    assert len(signals) == 1 and silent in error
+
+    sources = Sources(Policy(), alertmanager_url=f"{silent},{silent}")
+    try:
+        (result,) = [r for r in sources.collect(time.time()) if r.name == "alertmanager"]
+    finally:
+        sources.close()
+    assert not result.ok and "ConnectError" in result.error
+    post_alert(alertmanager, "PSUFailed", "pair01", ends_in=0, psu="2")
