@@ -578,10 +578,54 @@ def slurm_jobs(sim: Simulation) -> dict[str, Any]:
                 "comment": f"model profile {job.spec.profile}",
             }
         )
+    now = _number(sim.unix())
+    return {"jobs": jobs, "last_backfill": now, "last_update": now, **_slurm_meta(sim)}
+
+
+# slurmctld marks a node that stops answering its pings NOT_RESPONDING, and DOWN once SlurmdTimeout
+# (300 s by default) has passed without an answer.
+SLURMD_TIMEOUT_S = 300.0
+
+
+def slurm_nodes(sim: Simulation) -> dict[str, Any]:
+    """slurmrestd's ``GET /slurm/v0.0.40/nodes``: each node's state as slurmctld would see it."""
+    running = {i: job for job in sim.jobs if job.state == "RUNNING" for i in job.nodes}
+    silent_since = {
+        fault.node: fault.spec.onset
+        for fault in sim.active_faults
+        if fault.spec.kind == "host_crash" and fault.node is not None
+    }
+    nodes = []
+    for i, name in enumerate(sim.nodes):
+        state = ["ALLOCATED"] if i in running else ["IDLE"]
+        flags: list[str] = []
+        reason = ""
+        if not sim.alive[i]:
+            flags = ["NOT_RESPONDING"]
+            if sim.t - silent_since.get(i, sim.t) >= SLURMD_TIMEOUT_S:
+                state, reason = ["DOWN"], "Not responding"
+        nodes.append(
+            {
+                "name": name,
+                "hostname": name,
+                "address": name,
+                "state": state + flags,
+                "reason": reason,
+                "reason_set_by_user": "slurm" if reason else "",
+                "partitions": ["batch"],
+                "gres": f"gpu:h100:{simmod.G}",
+                "gres_used": f"gpu:h100:{simmod.G if i in running else 0}(IDX:"
+                + (f"0-{simmod.G - 1})" if i in running else "N/A)"),
+                "cpus": 224,
+                "alloc_cpus": 224 if i in running else 0,
+                "real_memory": 2_000_000,
+            }
+        )
+    return {"nodes": nodes, "last_update": _number(sim.unix()), **_slurm_meta(sim)}
+
+
+def _slurm_meta(sim: Simulation) -> dict[str, Any]:
     return {
-        "jobs": jobs,
-        "last_backfill": _number(sim.unix()),
-        "last_update": _number(sim.unix()),
         "meta": {
             "plugin": {
                 "type": "openapi/slurmctld",

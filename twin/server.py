@@ -111,7 +111,7 @@ class TwinServer:
                 "events": f"{base}/ufm/ufmRest/app/events",
                 "telemetry": f"{base}/ufm/csv/metrics",
             },
-            "slurm": {"jobs": f"{base}/slurm/v0.0.40/jobs"},
+            "slurm": {"jobs": f"{base}/slurm/v0.0.40/jobs", "nodes": f"{base}/slurm/v0.0.40/nodes"},
             "targets": {"dcgm": f"{base}/targets/dcgm.json"},
         }
 
@@ -187,6 +187,12 @@ def app(twin: TwinServer) -> FastAPI:
         with twin.lock:
             return JSON(render.slurm_jobs(twin.sim))
 
+    @api.get("/slurm/v0.0.40/nodes")
+    @api.get("/slurm/v0.0.40/nodes/", include_in_schema=False)
+    def slurm_nodes() -> Response:
+        with twin.lock:
+            return JSON(render.slurm_nodes(twin.sim))
+
     @api.get("/targets/dcgm.json")
     def targets() -> Response:
         with twin.lock:
@@ -222,6 +228,7 @@ def index_page(endpoints: dict[str, Any]) -> str:
         "<h2>Fabric, scheduler, discovery</h2><ul>",
         *(f"<li>UFM {name}: {link(url)}</li>" for name, url in endpoints["ufm"].items()),
         f"<li>slurmrestd jobs: {link(endpoints['slurm']['jobs'])}</li>",
+        f"<li>slurmrestd nodes: {link(endpoints['slurm']['nodes'])}</li>",
         f"<li>Prometheus http_sd targets: {link(endpoints['targets']['dcgm'])}</li></ul>",
         "<h2>Nodes</h2><table><tr><th>node</th><th>dcgm-exporter</th><th>Redfish BMC</th></tr>",
         *(

@@ -12,9 +12,11 @@ import json
 import re
 
 import pytest
-from twin_helpers import SCENARIOS, step_times
+from twin_helpers import FORMAT_SCENARIOS, SCENARIOS, step_times
 
+from twin import render
 from twin.scenario import load
+from twin.sim import Simulation
 
 START = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC).timestamp()
 MID_FAULT = ("--duration", "12m")
@@ -156,6 +158,10 @@ def test_host_crash(twin_factory) -> None:
     assert run.get("/dcgm/n0004/metrics").status_code == 503
     assert run.get("/dcgm/n0001/metrics").status_code == 200
     assert run.get("/bmc/n0004/redfish/v1/Chassis/1").json()["PowerState"] == "Off"
+    # slurmctld's view 4 minutes in: pings unanswered, not yet DOWN (SlurmdTimeout is 300 s)
+    nodes = {n["name"]: n for n in run.get("/slurm/v0.0.40/nodes").json()["nodes"]}
+    assert nodes["n0004"]["state"] == ["IDLE", "NOT_RESPONDING"] and nodes["n0004"]["reason"] == ""
+    assert all("NOT_RESPONDING" not in nodes[n]["state"] for n in ("n0001", "n0002", "n0003", "n0005"))
     ports = run.get("/ufm/ufmRest/resources/ports?system=n0004").json()
     assert ports and all(p["logical_state"] == "Down" for p in ports)
     peer_logs = run.rank_logs("n0001", "2001")
@@ -244,3 +250,23 @@ def test_shipped_scenarios_are_valid(name: str) -> None:
         gaps = scenario.duration / len(scenario.faults)
         assert gaps < (300 if name == "demo" else 1800)
         assert len({f.kind for f in scenario.faults}) == 12
+
+
+def test_slurm_nodes_follow_a_crash_as_slurmctld_would() -> None:
+    """NOT_RESPONDING while pings go unanswered, DOWN once SlurmdTimeout (300 s) has passed, back after
+    the reboot; the nodes of a running job are ALLOCATED."""
+    sim = Simulation(load(FORMAT_SCENARIOS / "host_crash.yaml"), dt.datetime.fromtimestamp(START, dt.UTC))
+
+    def state_at(minutes: float, node: str = "n0004") -> list[str]:
+        while sim.t < minutes * 60:
+            sim.advance()
+            sim.kernel_lines.clear()
+            sim.app_lines.clear()
+        nodes = {n["name"]: n for n in render.slurm_nodes(sim)["nodes"]}
+        return nodes[node]["state"]
+
+    assert state_at(7) == ["ALLOCATED"]
+    assert state_at(10)[-1] == "NOT_RESPONDING" and "DOWN" not in state_at(10)
+    assert state_at(14) == ["DOWN", "NOT_RESPONDING"]
+    assert state_at(17) in (["IDLE"], ["ALLOCATED"])
+    assert state_at(17, "n0001") == ["ALLOCATED"]
