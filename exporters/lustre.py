@@ -127,7 +127,12 @@ class LustreSource(Source):
     name = "lustre"
 
     def __init__(
-        self, procfs_root: str, sysfs_root: str, lctl: str | None = None, job_stats: bool = False
+        self,
+        procfs_root: str,
+        sysfs_root: str,
+        lctl: str | None = None,
+        job_stats: bool = False,
+        required: bool = False,
     ) -> None:
         self.roots = [
             os.path.join(procfs_root, "fs", "lustre"),
@@ -136,6 +141,9 @@ class LustreSource(Source):
         ]
         self.lctl = shlex.split(lctl) if lctl else None
         self.job_stats = job_stats
+        # Enabled by default on every node, so a host with no Lustre client (a cluster on GPFS or NFS)
+        # must not read as a failing collector (ExporterDown); when asked for by name it must.
+        self.required = required
         self._paths: list[tuple[tuple[str, str, str], str]] = []
         self._listed_at = -1e18
         self._names: dict[tuple[str, str], tuple[str, str]] = {}  # instance folder -> (fs, target)
@@ -200,7 +208,7 @@ class LustreSource(Source):
     def gather(self, problems: Problems) -> list[Metric]:
         files = self._files(problems)
         if not files and not self.lctl:
-            if not any(os.path.isdir(root) for root in self.roots):
+            if self.required and not any(os.path.isdir(root) for root in self.roots):
                 problems.add("lustre", "no Lustre statistics found (is the client mounted?)")
             return []
         f = Families()

@@ -54,6 +54,7 @@ class NodeOptions:
     bmc_interval_s: float = 30.0
     lctl: str | None = None
     lustre_jobstats: bool = False
+    lustre_required: bool = False  # False: a host without a Lustre client exports no Lustre series, quietly
     pcie_bandwidth_file: str | None = None
     pcie_probe: str = "auto"  # auto (file if given), file, cuda, off
     pcie_probe_interval_s: float = 3600.0
@@ -122,7 +123,11 @@ def build_sources(opts: NodeOptions) -> list[Source]:
             client = IpmiClient(opts.ipmitool, opts.ipmi_host, credentials, opts.bmc_timeout_s * 3)
         sources.append(BmcSource(client, opts.bmc_interval_s))
     if "lustre" in wanted:
-        sources.append(LustreSource(opts.procfs_root, opts.sysfs_root, opts.lctl, opts.lustre_jobstats))
+        sources.append(
+            LustreSource(
+                opts.procfs_root, opts.sysfs_root, opts.lctl, opts.lustre_jobstats, opts.lustre_required
+            )
+        )
     probe = opts.pcie_probe
     if probe == "auto":
         probe = "file" if opts.pcie_bandwidth_file else "off"

@@ -135,7 +135,7 @@ def test_garbage_in_sysfs_is_skipped_and_a_missing_tree_is_reported_then_recover
         )
     )
     text = scrape(agent)
-    for collector in ("pcie", "infiniband", "xid", "lustre"):
+    for collector in ("pcie", "infiniband", "xid"):  # (Lustre: quiet unless asked for, below)
         assert value(text, "fleetsight_collector_success", collector=collector) == 0, collector
     assert value(text, "fleetsight_collector_errors_total", collector="infiniband", source="sysfs") == 1
     assert value(text, "fleetsight_collector_errors_total", collector="xid", source="file") == 1
@@ -270,6 +270,16 @@ def test_lustre_client_and_server_stats(tmp_path):
         value(text, "fleetsight_lustre_job_read_bytes_total", hpc_job="4242", target="OST0001") == 95000000000
     )
     assert value(text, "fleetsight_lustre_job_operations_total", hpc_job="4242", op="punch") == 12
+
+
+def test_a_host_without_lustre_is_quiet_unless_lustre_was_asked_for(tmp_path):
+    paths = {"sys": tmp_path / "sys", "proc": tmp_path / "proc", "kern_log": tmp_path / "kern.log"}
+    # On by default everywhere: a GPFS or NFS cluster's nodes must not read as a failing collector.
+    text = scrape(agent_for(paths))
+    assert value(text, "fleetsight_collector_success", collector="lustre") == 1
+    assert not [name for name in names(text) if name.startswith("fleetsight_lustre_")]
+    text = scrape(agent_for(paths, collectors=("lustre",), lustre_required=True))
+    assert value(text, "fleetsight_collector_success", collector="lustre") == 0
 
 
 def test_lustre_from_lctl_get_param(tmp_path):
