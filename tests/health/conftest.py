@@ -1,73 +1,16 @@
 """Real servers for the health tests, started once per session: an Alertmanager (Debian's) that the
-tests POST alerts into through its API v2, and the health service itself as `fleetsight health serve`."""
+tests POST alerts into through its API v2. Helpers live in health_helpers.py."""
 
 from __future__ import annotations
 
-import datetime as dt
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import yaml
+from health_helpers import Process
 
-from support import free_port, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-NODES = [f"n{i:04d}" for i in range(1, 17)]
-DRAIN_TOKEN = "test-drain-token-4f1c"
-READ_TOKEN = "test-read-token-9a2e"
-
-
-def fast_policy(**overrides: Any) -> dict[str, Any]:
-    """The shipped policy with test-sized times: refresh 0.3 s, clean for 2 s."""
-    policy = yaml.safe_load((REPO / "health" / "policy.yml").read_text())
-    policy["refresh"] = {"interval": "0.3s", "source_timeout": "2s"}
-    policy["hysteresis"] = {"clean_for": "2s", "confirm_for": "0s"}
-    policy["circuit_breaker"].update(nodes_per_unit=8, max_cluster_fraction=0.25, max_unit_fraction=0.25)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(policy.get(key), dict):
-            policy[key].update(value)
-        else:
-            policy[key] = value
-    return policy
-
-
-class Process:
-    """A server started for the tests; its log is shown when it dies or fails to become ready."""
-
-    def __init__(self, name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.name, self.log = name, log
-        self.handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            command, stdout=self.handle, stderr=subprocess.STDOUT, cwd=REPO, env=env or dict(os.environ)
-        )
-
-    def wait_ready(self, url: str, timeout: float = 30) -> None:
-        def ready() -> bool:
-            if self.popen.poll() is not None:
-                pytest.fail(f"{self.name} exited {self.popen.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                return httpx.get(url, timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout=timeout, what=f"{self.name} at {url}")
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self.handle.close()
+from support import free_port
 
 
 @pytest.fixture(scope="session")
@@ -96,66 +39,3 @@ def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         process.stop()
-
-
-def post_alert(
-    am_url: str, name: str, node: str | list[str], ends_in: float | None = 600, **labels: str
-) -> None:
-    """Fire (or, with ends_in=0, resolve) an alert for one node or several at once (one POST), through
-    Alertmanager's real API v2."""
-    now = dt.datetime.now(dt.UTC)
-    alerts = []
-    for each in [node] if isinstance(node, str) else node:
-        alert = {
-            "labels": {"alertname": name, "node": each, "cluster": "test", "severity": "critical", **labels},
-            "annotations": {"summary": f"{name} on {each}", "runbook_url": f"docs/runbooks/{name}.md"},
-            "startsAt": (now - dt.timedelta(seconds=1)).isoformat(),
-        }
-        if ends_in is not None:
-            alert["endsAt"] = (now + dt.timedelta(seconds=ends_in)).isoformat()
-        alerts.append(alert)
-    response = httpx.post(f"{am_url}/api/v2/alerts", json=alerts, timeout=5)
-    assert response.status_code == 200, response.text
-
-
-def start_health(
-    folder: Path, policy: dict[str, Any], args: list[str], tokens: str | None = None
-) -> tuple[Process, str]:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "policy.yml").write_text(yaml.safe_dump(policy))
-    port = free_port()
-    env = {**os.environ, "FLEETSIGHT_HEALTH_TOKENS": tokens or ""}
-    command = [
-        sys.executable,
-        "-m",
-        "fleetsight.cli",
-        "health",
-        "serve",
-        "--policy",
-        str(folder / "policy.yml"),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--state-dir",
-        str(folder / "state"),
-        "--cluster",
-        "test",
-        *args,
-    ]
-    process = Process("health", command, folder / "health.log", env)
-    url = f"http://127.0.0.1:{port}"
-    process.wait_ready(f"{url}/-/ready")
-    return process, url
-
-
-def node_state(url: str, node: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/v1/nodes/{node}", timeout=5)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def wait_state(url: str, node: str, state: str, timeout: float = 20) -> dict[str, Any]:
-    return wait_until(
-        lambda: (item := node_state(url, node))["state"] == state and item,
-        timeout=timeout,
-        what=f"{node} to become {state}",
-    )

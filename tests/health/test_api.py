@@ -10,8 +10,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from health_helpers import (
+    DRAIN_TOKEN,
+    READ_TOKEN,
+    fast_policy,
+    node_state,
+    post_alert,
+    start_health,
+    wait_state,
+)
 
-from conftest import DRAIN_TOKEN, READ_TOKEN, fast_policy, node_state, post_alert, start_health, wait_state
 from support import wait_until
 
 NODES = [f"api{i:02d}" for i in range(1, 17)]

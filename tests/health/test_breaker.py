@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from health_helpers import fast_policy, node_state, post_alert, start_health, wait_state
 
-from conftest import fast_policy, node_state, post_alert, start_health, wait_state
 from support import wait_until
 
 NODES = [f"br{i:02d}" for i in range(1, 17)]  # units of 8: br01-br08 unit01, br09-br16 unit02

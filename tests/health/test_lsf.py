@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO, fast_policy, post_alert, start_health, wait_state
+from health_helpers import REPO, fast_policy, post_alert, start_health, wait_state
 
 NODES = ["lsf01", "lsf02", "lsf03", "lsf04"]
 BADMIN = """#!/bin/sh

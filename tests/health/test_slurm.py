@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from health_helpers import REPO, fast_policy, node_state, post_alert, start_health, wait_state
 
-from conftest import REPO, fast_policy, node_state, post_alert, start_health, wait_state
 from health.slurm_local import LocalSlurm, missing
 from support import free_port, wait_until
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from health_helpers import Process, post_alert
 
-from conftest import Process, post_alert
 from health.policy import Policy
 from health.sources import Sources
 from support import free_port, wait_until

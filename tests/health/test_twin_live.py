@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from health_helpers import fast_policy
 
-from conftest import fast_policy
 from health.twin_check import Timeline, TwinStack
 from support import free_port_base, wait_until
 
