@@ -140,7 +140,12 @@ def _redundancy(chassis_id: str, groups: object) -> list[PsuRedundancy]:
 
 class RedfishClient:
     def __init__(
-        self, base_url: str, credentials: tuple[str, str] | None, timeout_s: float, verify: bool | str
+        self,
+        base_url: str,
+        credentials: tuple[str, str] | None,
+        timeout_s: float,
+        verify: bool | str,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         origin = urlsplit(self.base_url)
@@ -151,6 +156,7 @@ class RedfishClient:
             verify=tls_verify(verify),
             headers={"Accept": "application/json", "OData-Version": "4.0"},
             follow_redirects=False,
+            transport=transport,  # None: the network; the twin's backfill hands its BMCs in-process
         )
 
     def url(self, path: str) -> str:

@@ -310,8 +310,9 @@ class CachedRunner:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def refresh(self) -> Snapshot:
-        """One round: every source gathers, the exposition is rendered and gzipped."""
+    def gather(self) -> list[Metric]:
+        """One round's families: every source gathers, then the self-metrics (the twin's backfill
+        calls this at each simulated scrape)."""
         CONST_LABELS.set(self.const)
         families: list[Metric] = []
         for source in self.sources:
@@ -319,8 +320,11 @@ class CachedRunner:
             self.states[source.name].record(source.name, problems, duration)
             families += metrics
         CONST_LABELS.set(self.const)
-        families += self_metrics(self.states, self.prefix)
-        text = render(families)
+        return families + self_metrics(self.states, self.prefix)
+
+    def refresh(self) -> Snapshot:
+        """One round: every source gathers, the exposition is rendered and gzipped."""
+        text = render(self.gather())
         self.snapshot = Snapshot(text, gzip.compress(text, compresslevel=1))
         self.refreshes += 1
         return self.snapshot

@@ -235,6 +235,7 @@ class Ufm:
         timeout_s: float = 10.0,
         verify_tls: bool | str = True,
         credentials: tuple[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base = ufm_url.rstrip("/")
         self.telemetry_url = telemetry_url
@@ -242,6 +243,7 @@ class Ufm:
             auth=httpx.BasicAuth(*credentials) if credentials else None,
             timeout=httpx.Timeout(timeout_s),
             verify=tls_verify(verify_tls),
+            transport=transport,  # None: the network; the twin's backfill answers in-process
         )
         self.system_types: dict[str, str] = {}
         self.rows: list[PortRow] = []
@@ -458,8 +460,9 @@ class FabricExporter:
         verify_tls: bool | str = True,
         credentials: tuple[str, str] | None = None,
         data_unit: str = "words",
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.ufm = Ufm(ufm_url, telemetry_url, timeout_s, verify_tls, credentials)
+        self.ufm = Ufm(ufm_url, telemetry_url, timeout_s, verify_tls, credentials, transport)
         sources: list[Source] = [
             FabricSystems(self.ufm, systems_every),
             FabricPorts(self.ufm),

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
@@ -63,6 +64,9 @@ class NodeOptions:
     state_dir: str | None = None  # None: positions and counts live in memory only
     state_read_only: bool = False  # read the saved state, never write it (``--once``)
     deadline_s: float = 5.0
+    # Where the BMC's HTTP requests go (None: the network). The twin's backfill answers them in-process
+    # at each simulated tick; the agent's code path is otherwise the same.
+    bmc_transport: httpx.BaseTransport | None = None
     collectors: tuple[str, ...] = field(default_factory=lambda: COLLECTORS)
 
 
@@ -117,7 +121,9 @@ def build_sources(opts: NodeOptions) -> list[Source]:
         client: RedfishClient | IpmiClient
         if opts.redfish_url:
             verify: bool | str = opts.bmc_ca_file or opts.bmc_verify_tls
-            client = RedfishClient(opts.redfish_url, credentials, opts.bmc_timeout_s, verify)
+            client = RedfishClient(
+                opts.redfish_url, credentials, opts.bmc_timeout_s, verify, opts.bmc_transport
+            )
         else:
             assert opts.ipmitool is not None
             client = IpmiClient(opts.ipmitool, opts.ipmi_host, credentials, opts.bmc_timeout_s * 3)

@@ -121,6 +121,18 @@ def test() -> None:
 )
 @click.option("--start", default=None, help="Simulated start (ISO 8601; default: the scenario's).")
 @click.option("--duration", default=None, help="Override the scenarios' duration (e.g. 2h).")
+@click.option(
+    "--agent-step",
+    default="30s",
+    show_default=True,
+    help="Scrape interval of the node agents and fabric exporter in the backfill (coarser: faster).",
+)
+@click.option(
+    "--anomaly/--no-anomaly",
+    default=True,
+    show_default=True,
+    help="Also run the anomaly service's detector offline for StragglerNode's fleetsight_straggler.",
+)
 def evaluate(
     scenarios: tuple[str, ...],
     as_json_output: bool,
@@ -129,6 +141,8 @@ def evaluate(
     truth: Path | None,
     start: str | None,
     duration: str | None,
+    agent_step: str,
+    anomaly: bool,
 ) -> None:
     """Score the alerts on twin scenarios: faults caught, missed, false alerts, onset-to-firing delay.
 
@@ -141,6 +155,7 @@ def evaluate(
       fleetsight rules evaluate --scenario case_01
       fleetsight rules evaluate --scenario case_06 --scenario case_02 --json
       fleetsight rules evaluate --scenario /tmp/my_day.yaml --duration 6h
+      fleetsight rules evaluate --scenario mixed_day --agent-step 60s
     """
     if truth and len(scenarios) > 1:
         raise click.UsageError("--truth names the truth of one scenario: give one --scenario with it")
@@ -156,7 +171,7 @@ def evaluate(
         console=console,
         transient=as_json_output or markdown,
     ) as progress:
-        stages = 6  # backfill, truth, record levels (2), alerts, done
+        stages = 7  # backfill, truth, anomaly, record levels (2), alerts, done
         task = progress.add_task("evaluating", total=len(paths) * stages)
         for index, path in enumerate(paths):
             base = index * stages
@@ -168,7 +183,9 @@ def evaluate(
                 )
 
             try:
-                results.append(evaluate_scenario(path, work_folder(), truth, start, duration, stage))
+                results.append(
+                    evaluate_scenario(path, work_folder(), truth, start, duration, stage, agent_step, anomaly)
+                )
             except EvaluationError as exc:  # report it, go on with the other scenarios
                 failures.append(f"{path.name}: {exc}")
                 console.print(f"[red]{path.name}: evaluation failed[/red]: {exc}")

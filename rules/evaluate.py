@@ -222,9 +222,35 @@ def fleetsight(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess
     return result
 
 
-def backfill(scenario: Path, span: ScenarioSpan, blocks: Path, duration: str | None) -> None:
+def rule_metrics_file(work: Path, rules: list[Rule]) -> Path:
+    """The names every rule reads, for the backfill to keep only those of the exporters' series (the
+    node agent exports hundreds of families per node; the rules read a few dozen)."""
+    names: set[str] = set()
+    for rule in rules:
+        names |= source_metrics(rule, rules)
+    path = work / "rule-metrics.txt"
+    path.write_text("".join(f"{name}\n" for name in sorted(names)))
+    return path
+
+
+def scenario_cluster(scenario: Path) -> str:
+    """The cluster's name, which every scraped series carries in `cluster`."""
+    document = yaml.safe_load(scenario.read_text()) or {}
+    return str((document.get("cluster") or {}).get("name", "twin"))
+
+
+def backfill(
+    scenario: Path,
+    span: ScenarioSpan,
+    blocks: Path,
+    duration: str | None,
+    metrics_file: Path | None = None,
+    agent_step: str = "30s",
+) -> None:
     args = ["twin", "backfill", "--scenario", str(scenario), "--out", str(blocks)]
-    args += ["--end", unix_to_iso(span.start + span.duration)]
+    args += ["--end", unix_to_iso(span.start + span.duration), "--agent-step", agent_step]
+    if metrics_file is not None:
+        args += ["--metrics-file", str(metrics_file)]
     if duration:
         args += ["--duration", duration]
     fleetsight(*args)
@@ -474,6 +500,80 @@ def score(
     return alerts, kinds, false_alerts, missed
 
 
+# ------------------------------------------------------------------------------ anomaly service
+
+ANOMALY_CYCLE_S = 30.0  # the anomaly service's detection cycle, and how often Prometheus scrapes it
+
+
+def straggler_flags(scenario: Path, work: Path) -> list[dict[str, Any]]:
+    """The anomaly service's detector run offline over the same scenario (`fleetsight anomaly
+    evaluate`: the twin in-process, windows reduced as the service's PromQL reduces them): its flag,
+    cause and clear events, in the scenario's own time."""
+    flags = work / "straggler-flags.jsonl"
+    fleetsight("anomaly", "evaluate", "--scenario", str(scenario), "--json", "--flags-out", str(flags))
+    return [json.loads(line) for line in flags.read_text().splitlines() if line.strip()]
+
+
+def straggler_samples(
+    events: list[dict[str, Any]], begin: float, end: float, cluster: str
+) -> list[tuple[str, float]]:
+    """`fleetsight_straggler{hpc_job,node,cause} 1` as Prometheus would have scraped it from the
+    service every cycle while a flag stood (its cause may change while it stands)."""
+    standing: dict[tuple[str, str], tuple[str, float]] = {}
+    spans: list[tuple[str, str, str, float, float]] = []
+    for event in sorted(events, key=lambda e: float(e["time"])):
+        key, at = (str(event["hpc_job"]), str(event["node"])), float(event["time"])
+        if key in standing:
+            cause, since = standing.pop(key)
+            spans.append((*key, cause, since, at))
+        if event["event"] in ("flag", "cause"):
+            standing[key] = (str(event.get("cause") or "unknown"), at)
+    spans += [(*key, cause, since, end) for key, (cause, since) in standing.items()]
+    samples = []
+    for job, node, cause, since, until in spans:
+        labels = (
+            f'fleetsight_straggler{{hpc_job="{job}",node="{node}",cause="{cause}",'
+            f'cluster="{cluster}",instance="twin-backfill:anomaly",job="anomaly"}}'
+        )
+        stamp = math.ceil(max(since, begin) / ANOMALY_CYCLE_S) * ANOMALY_CYCLE_S
+        while stamp < min(until, end):
+            samples.append((labels, stamp))
+            stamp += ANOMALY_CYCLE_S
+    return samples
+
+
+def add_straggler_blocks(scenario: Path, span: ScenarioSpan, data_dir: Path, work: Path, cluster: str) -> int:
+    """The straggler flags as TSDB blocks beside the backfill's; returns the number of samples."""
+    samples = straggler_samples(
+        straggler_flags(scenario, work), span.start, span.start + span.duration, cluster
+    )
+    if not samples:
+        return 0
+    source = work / "stragglers.om"
+    by_series: dict[str, list[float]] = {}
+    for labels, stamp in samples:
+        by_series.setdefault(labels, []).append(stamp)
+    with source.open("w") as handle:
+        for labels, stamps in by_series.items():
+            handle.writelines(f"{labels} 1 {stamp:.3f}\n" for stamp in stamps)
+        handle.write("# EOF\n")
+    output = work / "straggler-blocks"
+    hours = max(2, math.ceil(span.duration / 3600 / 2) * 2)
+    result = subprocess.run(
+        [shutil.which("promtool") or "promtool", "tsdb", "create-blocks-from", "openmetrics",
+         f"--max-block-duration={hours}h", str(source), str(output)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise EvaluationError(
+            f"promtool refused the straggler flags: {(result.stderr or result.stdout)[-1500:]}"
+        )
+    for block in output.iterdir():
+        if (block / "meta.json").exists():
+            shutil.move(str(block), data_dir / block.name)
+    return len(samples)
+
+
 # ------------------------------------------------------------------------------------ one scenario
 
 
@@ -484,6 +584,8 @@ def evaluate_scenario(
     start: str | None = None,
     duration: str | None = None,
     progress: Callable[[str], None] = lambda _stage: None,
+    agent_step: str = "30s",
+    stragglers: bool = True,
 ) -> ScenarioResult:
     started = time.monotonic()
     span = scenario_span(scenario, start, duration)
@@ -493,9 +595,13 @@ def evaluate_scenario(
         work = Path(scratch)
         blocks = work / "blocks"
         progress("backfill")
-        backfill(scenario, span, blocks, duration)
+        backfill(scenario, span, blocks, duration, rule_metrics_file(work, rules), agent_step)
         progress("truth")
-        faults = load_truth(truth or truth_file(scenario, span, blocks, work, duration))
+        truth_path = truth or truth_file(scenario, span, blocks, work, duration)
+        faults = load_truth(truth_path)
+        if stragglers:
+            progress("anomaly")
+            add_straggler_blocks(scenario, span, blocks, work, scenario_cluster(scenario))
         data_dir = blocks  # promtool wrote the blocks straight into a folder Prometheus can open
         begin, end = span.start, span.start + span.duration
         step = max(EVAL_INTERVAL_S, math.ceil(span.duration / MAX_POINTS))

@@ -196,6 +196,23 @@ def run(
     default=None,
     help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
 )
+@click.option(
+    "--agent-step",
+    default="30s",
+    show_default=True,
+    help="Scrape interval of the node agents and the fabric exporter in the history (a tick multiple).",
+)
+@click.option(
+    "--no-agents",
+    is_flag=True,
+    help="dcgm-exporter's series only: do not run the node agents and the fabric exporter.",
+)
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Keep only the exporters' series named in this file (one name a line); `up` and dcgm's always.",
+)
 def backfill(
     scenario_name: str,
     out: Path,
@@ -203,10 +220,15 @@ def backfill(
     end: str | None,
     keep_openmetrics: bool,
     truth: Path | None,
+    agent_step: str,
+    no_agents: bool,
+    metrics_file: Path | None,
 ) -> None:
-    """Simulate the scenario at max speed and write its dcgm-exporter history as Prometheus TSDB blocks
-    (OpenMetrics, then `promtool tsdb create-blocks-from openmetrics`). Copy the blocks into a
-    Prometheus data folder (or point Thanos at them) to query hours or days of history at once.
+    """Simulate the scenario at max speed and write what a live stack would have scraped as Prometheus
+    TSDB blocks: dcgm-exporter's series every tick, and every --agent-step the real node agent of each
+    node (over the twin's files and BMCs) and the fabric exporter (over its UFM), with `up` per target
+    (OpenMetrics in block-sized chunks, then `promtool tsdb create-blocks-from openmetrics`). Copy the
+    blocks into a Prometheus data folder (or point Thanos at them) to query hours or days at once.
 
     \b
     The ground truth goes to --truth (default OUT.truth.jsonl beside OUT).
@@ -215,15 +237,23 @@ def backfill(
     Examples:
       fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
       fleetsight twin backfill --scenario eval_medium --out /tmp/b --truth /tmp/b-truth.jsonl
+      fleetsight twin backfill --scenario mixed_day --out /tmp/day --agent-step 60s
     """
-    from .backfill import BackfillError, backfill_blocks
+    from .backfill import BackfillError, CaptureOptions, backfill_blocks
 
     setup_logging()
     scenario = load_or_fail(scenario_name)
     try:
         seconds = parse_duration(duration, "--duration") if duration else None
         end_time = parse_time(end, "--end") if end else None
-        result = backfill_blocks(scenario, out, seconds, end_time, keep_openmetrics, truth)
+        step = parse_duration(agent_step, "--agent-step")
+        families = None
+        if metrics_file is not None:
+            families = frozenset(
+                line.strip() for line in metrics_file.read_text().splitlines() if line.strip()
+            )
+        capture = CaptureOptions(agents=not no_agents, agent_step=step, families=families)
+        result = backfill_blocks(scenario, out, seconds, end_time, keep_openmetrics, truth, capture)
     except (BackfillError, ScenarioError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(

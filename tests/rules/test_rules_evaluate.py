@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rules.evaluate import Episode, Fault, firing_episodes, load_truth, score
+from rules.evaluate import Episode, Fault, firing_episodes, load_truth, score, straggler_samples
 from rules.ruleset import Rule
 from support import FLEETSIGHT, REPO_ROOT
 
@@ -143,11 +143,29 @@ def test_faults_are_caught_and_a_quiet_cluster_raises_nothing(tmp_path: Path) ->
                 "duration": "10m",
                 "magnitude": 0.6,
             },
+            # Seen only through `up` and the node agent's series (sysfs), not dcgm-exporter's.
+            {"kind": "host_crash", "target": {"node": "n0006"}, "onset": "7m", "duration": "6m"},
+            {
+                "kind": "ib_port_down",
+                "target": {"node": "n0001", "port": "mlx5_3"},
+                "onset": "11m",
+                "duration": "8m",
+            },
         ],
     )
     quiet = scenario(tmp_path / "quiet.yaml", "quiet", seed=4242, nodes=8, faults=[])
     result = subprocess.run(
-        [*FLEETSIGHT, "rules", "evaluate", "--scenario", str(faulty), "--scenario", str(quiet), "--json"],
+        [
+            *FLEETSIGHT,
+            "rules",
+            "evaluate",
+            "--scenario",
+            str(faulty),
+            "--scenario",
+            str(quiet),
+            "--json",
+            "--no-anomaly",
+        ],
         capture_output=True,
         text=True,
         timeout=900,
@@ -157,14 +175,38 @@ def test_faults_are_caught_and_a_quiet_cluster_raises_nothing(tmp_path: Path) ->
     report = json.loads(result.stdout)
     by_name = {s["scenario"]: s for s in report["scenarios"]}
     kinds = by_name["faulty"]["kinds"]
-    for kind in ("psu_failure", "xid", "thermal_throttle"):
+    for kind in ("psu_failure", "xid", "thermal_throttle", "host_crash", "ib_port_down"):
         assert kinds[kind]["caught"] == 1, (kind, by_name["faulty"]["missed_faults"])
-    # `for: 1m` on the power brake: it fires after a minute, within a few evaluations
-    assert 60 <= kinds["psu_failure"]["max_delay_s"] <= 180
+    # `for:` as Prometheus applies it: the power brake (1m) fires after a minute, the PSU (30s) after
+    # half of one (its BMC reading comes with the node agent's scrape), within a few evaluations
+    alerts = by_name["faulty"]["alerts"]
+    assert 60 <= alerts["GPUPowerBrakeActive"]["max_delay_s"] <= 180
+    assert 30 <= alerts["PSUFailed"]["max_delay_s"] <= 120
     assert by_name["faulty"]["false_alerts"] == []
     assert by_name["quiet"]["faults"] == 0 and by_name["quiet"]["false_alerts"] == []
-    # the data the twin backfills reaches the rules (dcgm-exporter's metrics)
-    assert "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" in by_name["quiet"]["metrics_present"]
+    # the data the twin backfills reaches the rules: dcgm-exporter's, the node agent's, `up`
+    present = by_name["quiet"]["metrics_present"]
+    for name in ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "up", "fleetsight_bmc_psu_healthy",
+                 "fleetsight_infiniband_port_up", "fleetsight_pcie_link_speed_downgraded"):  # fmt: skip
+        assert name in present, name
+
+
+def test_straggler_flags_become_the_series_the_service_exports() -> None:
+    events = [
+        {"event": "flag", "time": 1000.0, "hpc_job": "7", "node": "n2", "cause": "unknown"},
+        {"event": "cause", "time": 1100.0, "hpc_job": "7", "node": "n2", "cause": "thermal"},
+        {"event": "clear", "time": 1200.0, "hpc_job": "7", "node": "n2", "cause": "thermal"},
+        {"event": "flag", "time": 1500.0, "hpc_job": "8", "node": "n3", "cause": "pcie"},  # never cleared
+    ]
+    samples = straggler_samples(events, begin=900.0, end=1600.0, cluster="c")
+    by_cause: dict[str, list[float]] = {}
+    for labels, stamp in samples:
+        assert 'job="anomaly"' in labels and 'cluster="c"' in labels
+        by_cause.setdefault(labels.split('cause="')[1].split('"')[0], []).append(stamp)
+    # one sample per 30-second cycle while the flag stands, under the cause known at that time
+    assert by_cause["unknown"] == [1020.0, 1050.0, 1080.0]
+    assert by_cause["thermal"] == [1110.0, 1140.0, 1170.0]
+    assert by_cause["pcie"] == [1500.0, 1530.0, 1560.0, 1590.0]
 
 
 def test_a_missing_scenario_is_a_clear_error() -> None:

@@ -276,6 +276,7 @@ def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:
             "2h",
             "--end",
             "2026-11-21T12:00:00Z",
+            "--no-agents",  # dcgm series only: what this test reads
         ],
         capture_output=True,
         text=True,

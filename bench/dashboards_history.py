@@ -1,0 +1,61 @@
+"""Every dashboard panel over a long stretch of the twin's backfilled mixed day (the test checks a
+five-minute slice): backfill (dcgm-exporter, node agents, fabric exporter, `up`), a real Prometheus
+on the blocks, the recording rules the panels read, each query as a range query over the span. Prints
+per panel whether it shows data, why not when it does not, and the wall time of each stage.
+
+    .venv/bin/python bench/dashboards_history.py                        # 6 h of mixed_day, agents every 60 s
+    .venv/bin/python bench/dashboards_history.py --duration 24h --agent-step 120s
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dashboards.history import check_history  # noqa: E402 - after the path is set
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", default=str(REPO / "twin" / "scenarios" / "mixed_day.yaml"))
+    parser.add_argument("--duration", default="6h")
+    parser.add_argument("--agent-step", default="60s")
+    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: system temp)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    last = [started]
+
+    def stage(name: str) -> None:
+        now = time.monotonic()
+        print(f"  {now - last[0]:7.1f} s  -> {name}", flush=True)
+        last[0] = now
+
+    check = check_history(Path(args.scenario), args.duration, args.agent_step, args.work, stage)
+    stage("done")
+    panels: dict[tuple[str, str], list[int]] = {}
+    for result in check.results:
+        panels.setdefault((result.dashboard, result.panel), []).append(result.series)
+    empty = check.empty_panels()
+    print(f"\n{check.scenario} {check.start} .. {check.end}, variables {check.variables}")
+    for (dashboard, panel), series in panels.items():
+        status = (
+            f"EMPTY ({empty[(dashboard, panel)] or 'NO REASON'})" if (dashboard, panel) in empty else "data"
+        )
+        print(f"{dashboard:<24} {panel[:70]:<70} series {series}  {status}")
+    refused = [r for r in check.results if r.error]
+    print(
+        f"\n{len(panels)} panels: {len(panels) - len(empty)} with data, {len(empty)} empty "
+        f"({len(check.unexplained())} without a reason); {len(refused)} queries refused; "
+        f"{time.monotonic() - started:.0f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Every panel's PromQL over the twin's backfilled history: a real Prometheus serving the blocks that
+`fleetsight twin backfill` cuts (dcgm-exporter, the node agents, the fabric exporter, `up`), with the
+recording rules the panels read computed over the span by promtool, as `fleetsight rules evaluate`
+does. Each query runs as a range query over the whole span, as a panel over that time range would.
+
+Some panels read series that only live services write (the anomaly service's straggler flags, the
+health service's states, Prometheus's own ALERTS, the log pipeline in Elasticsearch): those cannot be
+in a backfill and are listed as such, with the component they need; the live-stack test
+(tests/dashboards/test_dashboards.py) covers them.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+
+from fleetsight.registry import import_component
+
+from . import catalog
+from .verify import substitute
+
+# Series that no exporter writes: a live service or Prometheus's rule evaluation does.
+LIVE_ONLY = re.compile(r"\b(ALERTS|fleetsight_straggler\w*|fleetsight_health\w*|fleetsight_anomaly\w*)\b")
+# Counters the node agent creates with the first event they count (an Xid, an SXid, a kernel event).
+EVENT_COUNTERS = re.compile(r"\b(fleetsight_gpu_xid_errors_total|fleetsight_nvswitch_sxid_errors_total)\b")
+RANGE_STEP_S = 60
+
+
+@dataclass
+class PanelResult:
+    dashboard: str
+    panel: str
+    expr: str
+    series: int
+    error: str = ""
+    why_empty: str = ""
+
+
+@dataclass
+class HistoryCheck:
+    scenario: str
+    start: str
+    end: str
+    variables: dict[str, str]
+    results: list[PanelResult] = field(default_factory=list)
+
+    def empty(self) -> list[PanelResult]:
+        """Queries that returned nothing."""
+        return [r for r in self.results if not r.error and r.series == 0]
+
+    def empty_panels(self) -> dict[tuple[str, str], str]:
+        """Panels none of whose queries returned data, with the first reason given for one of them."""
+        panels: dict[tuple[str, str], list[PanelResult]] = {}
+        for result in self.results:
+            panels.setdefault((result.dashboard, result.panel), []).append(result)
+        return {
+            key: next((r.why_empty for r in rows if r.why_empty), "")
+            for key, rows in panels.items()
+            if all(r.series == 0 for r in rows)
+        }
+
+    def unexplained(self) -> list[tuple[str, str]]:
+        """Empty panels with no reason: a wrong metric, label or expression."""
+        return [key for key, reason in self.empty_panels().items() if not reason]
+
+
+def why_empty(panel: catalog.Panel, expr: str) -> str:
+    """Why a panel may rightly show nothing over a history: it needs a live service, or it shows
+    only what a fault makes (a filter such as `== 0` or `> 0`)."""
+    if panel.needs:
+        return f"needs {panel.needs}"
+    found = LIVE_ONLY.search(expr)
+    if found:
+        return f"{found.group(1)} is written by a live service, not by a backfill"
+    if re.search(r"==|>|<|\bunless\b", expr):
+        return "shows only while a fault matches its filter"
+    found = EVENT_COUNTERS.search(expr)
+    if found:
+        return f"{found.group(1)} appears with the first event it counts"
+    return ""
+
+
+def panel_queries() -> list[tuple[catalog.Dashboard, catalog.Panel, catalog.Query]]:
+    return [
+        (spec, panel, query)
+        for spec in catalog.DASHBOARDS
+        for panel in spec.panels()
+        for query in panel.queries
+        if query.datasource == catalog.PROMETHEUS
+    ]
+
+
+def resolve_variables(client: httpx.Client, start: float, end: float) -> dict[str, str]:
+    """Each dashboard variable as Grafana would resolve it: its first value over the span."""
+    values: dict[str, str] = {}
+    for spec in catalog.DASHBOARDS:
+        for variable in spec.variables:
+            if variable.constant:
+                values[variable.name] = variable.query
+                continue
+            label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable.query)
+            if label is None:
+                continue
+            found = client.get(
+                f"/api/v1/label/{label.group(2)}/values",
+                params={"match[]": label.group(1), "start": f"{start:.0f}", "end": f"{end:.0f}"},
+            ).json()["data"]
+            if found:
+                values[variable.name] = sorted(found)[0]
+    return values
+
+
+def run_range_queries(url: str, start: float, end: float) -> tuple[dict[str, str], list[PanelResult]]:
+    results = []
+    with httpx.Client(base_url=url, timeout=120) as client:
+        variables = resolve_variables(client, start, end)
+        for spec, panel, query in panel_queries():
+            expr = substitute(query.expr, variables, int(end - start))
+            answer = client.post(
+                "/api/v1/query_range",
+                data={"query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": RANGE_STEP_S},
+            ).json()
+            if answer.get("status") != "success":
+                results.append(PanelResult(spec.uid, panel.title, expr, 0, answer.get("error", "?")))
+                continue
+            series = len(answer["data"]["result"])
+            reason = "" if series else why_empty(panel, expr)
+            results.append(PanelResult(spec.uid, panel.title, expr, series, why_empty=reason))
+    return variables, results
+
+
+def check_history(
+    scenario: Path,
+    duration: str | None = None,
+    agent_step: str = "30s",
+    work_root: Path | None = None,
+    progress: Callable[[str], None] = lambda _stage: None,
+) -> HistoryCheck:
+    """Backfill the scenario (its first DURATION), serve it, record what the panels read, query them."""
+    evaluate: Any = import_component("rules", "evaluate")
+    ruleset: Any = import_component("rules", "ruleset")
+    span = evaluate.scenario_span(scenario, None, duration)
+    begin, end = span.start, span.start + span.duration
+    with tempfile.TemporaryDirectory(prefix="dashboards-history-", dir=work_root) as scratch:
+        work = Path(scratch)
+        blocks = work / "blocks"
+        progress("backfill")
+        evaluate.backfill(scenario, span, blocks, duration, None, agent_step)
+        rules = ruleset.load_rules()
+        readers = [SimpleNamespace(expr=q.expr) for _, _, q in panel_queries()]
+        log = work / "prometheus.log"
+        for number, level in enumerate(ruleset.recording_levels(readers, rules)):
+            progress(f"record level {number}")
+            with evaluate.prometheus(blocks, log) as url:
+                evaluate.record_level(url, level, begin, end, evaluate.EVAL_INTERVAL_S, work, blocks)
+        progress("queries")
+        with evaluate.prometheus(blocks, log) as url:
+            variables, results = run_range_queries(url, begin, end)
+    return HistoryCheck(span.name, evaluate.unix_to_iso(begin), evaluate.unix_to_iso(end), variables, results)
