@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (real log lines are long)
 """What the log benchmarks share: a stack of the log path's components held by the script (so that it
 can stop and start each), in its own run folder and port range."""
 
@@ -89,8 +90,9 @@ LINES = [
 ]  # fmt: skip
 
 
-def node_records(lines: int, seed: int = 1) -> list[tuple[str, dict]]:
-    """`lines` (topic, record) pairs of the mix, shaped as the node-side rsyslog sends them."""
+def node_records(lines: int, seed: int = 1, start: int = 0) -> list[tuple[str, dict]]:
+    """`lines` (topic, record) pairs of the mix, shaped as the node-side rsyslog sends them; offsets (and
+    so document ids) from `start` on."""
     import datetime as dt
 
     rng = random.Random(seed)
@@ -98,7 +100,7 @@ def node_records(lines: int, seed: int = 1) -> list[tuple[str, dict]]:
     now = dt.datetime.now(dt.UTC)
     ts, iso = now.strftime("%Y-%m-%d %H:%M:%S"), now.isoformat()
     records = []
-    for n in range(lines):
+    for n in range(start, start + lines):
         topic, template, _ = rng.choice(population)
         node = f"n{n % 512:04d}"
         line = template.format(ts=ts, iso=iso, n=n, r=n % 512)

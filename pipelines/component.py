@@ -51,8 +51,12 @@ def prepare_kafka(settings: Settings) -> None:
         + "auto.create.topics.enable=false\n"
     )
     if not (data / "meta.properties").is_file():
-        # KRaft: a cluster id (16 random bytes, URL-safe base64) written into the storage once.
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # KRaft: a cluster id (16 random bytes, URL-safe base64) written into the storage once; never
+        # one that starts with "-", which the tool's command line would take for an option (as Kafka's
+        # own Uuid.randomUuid avoids).
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         command = install.kafka_java_command(
             settings,
             "kafka.tools.StorageTool",

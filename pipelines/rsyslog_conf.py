@@ -165,6 +165,9 @@ def shipper_config(options: ShipperOptions) -> str:
             '                 "socket.keepalive.enable=true"])',
             f'ruleset(name="ship_{name}" queue.type="LinkedList" queue.filename="ship_{name}"',
             '        queue.size="200000"',
+            # Two workers, so that OpenSearch indexes one bulk while it parses the next (one bulk at a
+            # time keeps one of its write threads idle); the second starts once a bulk's worth waits.
+            '        queue.workerThreads="2" queue.workerThreadMinimumMessages="2000"',
             '        queue.saveOnShutdown="on" queue.maxDiskSpace="2g" queue.dequeueBatchSize="2000") {',
             '  action(type="mmjsonparse" cookie="" useRawMsg="on")',
             '  if $parsesuccess != "OK" then {',

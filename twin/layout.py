@@ -10,6 +10,8 @@ names only, no numpy and no other twin module, so a reader imports it without th
     OUT/nodes/<node>/proc/...                       procfs: Lustre client stats, boot id
     OUT/nodes/<node>/var/log/kern.log               the kernel log (syslog format)
     OUT/nodes/<node>/var/log/jobs/<job>/            the job's per-rank logs
+    OUT/nodes/<node>/var/log/fabricmanager.log      NVIDIA Fabric Manager's log
+    OUT/nodes/<node>/var/log/bmc-sel.log            the BMC's System Event Log (`ipmitool sel elist` lines)
     OUT/nodes/<node>/fleetsight/pcie_bandwidth.json the PCIe bandwidth probe's results
     http://<twin>/bmc/<node>/redfish/v1/...         the node's BMC (Redfish)
 """
@@ -25,6 +27,8 @@ NODES_DIR = "nodes"
 KERNEL_LOG = "var/log/kern.log"
 KERNEL_LOG_FORMAT = "syslog"  # RFC 3339 stamp, host, "kernel:", message
 JOB_LOGS_DIR = "var/log/jobs"
+FABRIC_MANAGER_LOG = "var/log/fabricmanager.log"
+BMC_SEL_LOG = "var/log/bmc-sel.log"
 PCIE_BANDWIDTH_FILE = "fleetsight/pcie_bandwidth.json"
 BMC_URL_PATH = "/bmc/{node}"
 
@@ -47,6 +51,14 @@ def procfs_root(out: str | Path, node: str) -> Path:
 
 def kernel_log(out: str | Path, node: str) -> Path:
     return node_root(out, node) / KERNEL_LOG
+
+
+def fabric_manager_log(out: str | Path, node: str) -> Path:
+    return node_root(out, node) / FABRIC_MANAGER_LOG
+
+
+def bmc_sel_log(out: str | Path, node: str) -> Path:
+    return node_root(out, node) / BMC_SEL_LOG
 
 
 def job_log_dir(out: str | Path, node: str, job: str) -> Path:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,8 @@ class TreeWriter:
         # The GPU index of each PCI function (-1: not a GPU), to tell which fell off the bus.
         self.pci_gpu_column = np.array([d.index if d.kind == "gpu" else -1 for d in sim.pci])
         self.written: dict[str, np.ndarray] = {}  # per-tick values last written, by file kind
+        self.psu_logged = sim.psu_ok.copy()  # PSU states the SEL has recorded
+        self.sel_records = [0] * len(sim.nodes)  # last SEL record id per node
 
     # ------------------------------------------------------------------------------- layout
     def create(self) -> None:
@@ -384,10 +387,19 @@ class TreeWriter:
             by_node[line.node].append(
                 f"{syslog_time(unix)} {sim.nodes[line.node]} kernel: {stamp} {line.text}\n"
             )
+        fabric: dict[int, list[str]] = defaultdict(list)
+        for line in sim.kernel_lines:
+            fm_line = fabric_manager_line(sim.unix(line.t), line.node, line.text)
+            if fm_line:
+                fabric[line.node].append(fm_line)
         sim.kernel_lines.clear()
         for node, lines in by_node.items():
             with open(layout.kernel_log(self.out, sim.nodes[node]), "a") as handle:
                 handle.writelines(lines)
+        for node, lines in fabric.items():
+            with open(layout.fabric_manager_log(self.out, sim.nodes[node]), "a") as handle:
+                handle.writelines(lines)
+        self._write_sel()
         by_rank: dict[tuple[int, str, int], list[str]] = defaultdict(list)
         for line in sim.app_lines:
             stamp = dt.datetime.fromtimestamp(sim.unix(line.t), dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -402,6 +414,17 @@ class TreeWriter:
             with open(f"{directory}/rank-{rank}.log", "a") as handle:
                 handle.writelines(lines)
         self.flush_truth()
+
+    def _write_sel(self) -> None:
+        """A SEL record per PSU that failed or recovered since the last flush, as the BMC logs it."""
+        sim = self.sim
+        for node, psu in np.argwhere(sim.psu_ok != self.psu_logged):
+            failed = not sim.psu_ok[node, psu]
+            self.sel_records[node] += 1
+            line = sel_line(self.sel_records[node], sim.unix(), int(psu), failed)
+            with open(layout.bmc_sel_log(self.out, sim.nodes[node]), "a") as handle:
+                handle.write(line)
+            self.psu_logged[node, psu] = sim.psu_ok[node, psu]
 
     def flush_truth(self) -> None:
         """Rewrite the truth file (outside OUT) when a line or a measured slowdown changed, and
@@ -427,6 +450,37 @@ class TreeWriter:
             tmp.write_text(text)
             os.replace(tmp, path)
             self.meta_text = text
+
+
+# The switch driver's first line of an error: switch index, PCI domain and the rest of the BDF, code, link.
+SXID_LINE = re.compile(
+    r"nvidia-nvswitch(\d+): SXid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F:.]+)\): (\d+), "
+    r"(Fatal|Non-fatal), Link (\d+)"
+)
+
+
+def fabric_manager_line(unix: float, node: int, kernel_text: str) -> str | None:
+    """Fabric Manager's own line for an NVSwitch error the switch driver logged (FM learns of it from the
+    driver and names the switch by bus id (8-digit domain), physical id and port); None for other lines."""
+    match = SXID_LINE.match(kernel_text)
+    if match is None:
+        return None
+    switch, domain, bus, code, severity, link = match.groups()
+    stamp = dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%b %d %Y %H:%M:%S")
+    return (
+        f"[{stamp}] [ERROR] [tid {2000 + node}] detected NVSwitch {severity.lower()} error {code} on fid 0 "
+        f"on NVSwitch pci bus id {int(domain, 16):08x}:{bus} physical id {switch} port {link}\n"
+    )
+
+
+def sel_line(record: int, unix: float, psu: int, failed: bool) -> str:
+    """One `ipmitool sel elist` line: a power supply's failure asserted, or deasserted when it is back."""
+    stamp = dt.datetime.fromtimestamp(unix, dt.UTC)
+    state = "Asserted" if failed else "Deasserted"
+    return (
+        f"{record:>4x} | {stamp:%m/%d/%Y} | {stamp:%H:%M:%S} | Power Supply PSU{psu} | Failure detected | "
+        f"{state}\n"
+    )
 
 
 def scenario_info(sim: Simulation) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (real log lines are long; they stay whole)
 """Real-format log lines of every class and driver generation, with what the ingest pipeline must make
 of each (a subset of the document, dotted keys). Where the twin writes the class, its lines are here in
-the twin's format; Fabric Manager and BMC SEL lines follow the vendors' formats (the twin has neither)."""
+the twin's format; Fabric Manager and BMC SEL lines follow the vendors' formats (the twin writes them on an
+NVSwitch fatal error and a PSU failure, in those formats: twin/writers.py)."""
 
 from __future__ import annotations
 

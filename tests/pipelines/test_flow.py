@@ -24,6 +24,7 @@ TWIN_ACTIONS = {
     "training_progress",
     "cuda_error",
     "nccl_timeout",
+    "bmc_sel",
 }
 
 
@@ -78,6 +79,35 @@ def test_the_twins_logs_arrive_parsed(log_stack: LogStack) -> None:
     cuda = first(log_stack, "cuda_error", node="n0002")
     assert cuda["fleetsight"]["hpc_job"] == "5101"
     assert cuda["cuda"]["error"] == "unspecified launch failure"
+
+
+def first_in(stack: LogStack, index: str, action: str) -> dict:
+    response = httpx.post(
+        f"{stack.search_url}/{index}/_search?allow_no_indices=true",
+        json={"size": 1, "query": {"term": {"event.action": action}}, "sort": [{"@timestamp": "asc"}]},
+        timeout=30,
+    )
+    hits = response.json().get("hits", {}).get("hits", [])
+    return hits[0]["_source"] if hits else {}
+
+
+def test_fabric_manager_and_bmc_sel_lines_arrive_parsed(log_stack: LogStack) -> None:
+    """The NVSwitch fatal error is in Fabric Manager's log too, and the PSU failure in the BMC's SEL
+    (asserted, then deasserted when the PSU is back), each in its class's index."""
+    fm_index, sel_index = "fleetsight-logs-fabricmanager-*", "fleetsight-logs-bmc-*"
+    fm = wait_until(lambda: first_in(log_stack, fm_index, "nvswitch_fatal"), timeout=240, what="FM line")
+    assert fm["host"]["name"] == "n0004" and fm["event"]["dataset"] == "fleetsight.fabricmanager"
+    assert (fm["nvidia"]["sxid"]["code"], fm["nvidia"]["sxid"]["switch"], fm["nvidia"]["sxid"]["fatal"]) == (
+        24007,
+        1,
+        True,
+    )
+    assert fm["nvidia"]["sxid"]["pci_bdf"].startswith("00000000:")
+    sel = wait_until(lambda: first_in(log_stack, sel_index, "bmc_sel"), timeout=240, what="SEL line")
+    assert sel["host"]["name"] == "n0005"
+    assert (sel["bmc"]["sel"]["sensor_type"], sel["bmc"]["sel"]["sensor"]) == ("Power Supply", "PSU1")
+    assert (sel["bmc"]["sel"]["event"], sel["bmc"]["sel"]["direction"]) == ("Failure detected", "Asserted")
+    assert sel["log"]["level"] == "error"
 
 
 def search(stack: LogStack, *args: str) -> str:

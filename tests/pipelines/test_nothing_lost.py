@@ -29,7 +29,8 @@ TWIN_DURATION = os.environ.get("FLEETSIGHT_LOSS_TWIN_DURATION", "40m")  # simula
 def written_origins(nodes_root: Path) -> set[tuple[str, int]]:
     """(file, offset of the line's first byte) of every complete line under the twin's node trees."""
     origins = set()
-    for path in [*nodes_root.glob("*/var/log/kern.log"), *nodes_root.glob("*/var/log/jobs/*/rank-*.log")]:
+    patterns = ("kern.log", "fabricmanager.log", "bmc-sel.log", "jobs/*/rank-*.log")
+    for path in [path for pattern in patterns for path in nodes_root.glob(f"*/var/log/{pattern}")]:
         offset = 0
         for line in path.read_bytes().splitlines(keepends=True):
             if line.endswith(b"\n"):
@@ -165,6 +166,7 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
             f"lines written: {len(written)}  indexed: {len(counts)}  missing: {len(missing)}  "
             f"duplicated: {duplicated}  unexpected: {len(unexpected)}  "
             f"Kafka records: {delivered} ({delivered - len(written):+d} vs written: repeats absorbed by ids)"
+            + (f"\nfirst missing (file, offset): {sorted(missing)[:5]}" if missing else "")
         )
     assert not missing, sorted(missing)[:10]
     assert duplicated == 0
