@@ -1,7 +1,9 @@
-"""Every dashboard panel over a long stretch of the twin's backfilled mixed day (the test checks a
-five-minute slice): backfill (dcgm-exporter, node agents, fabric exporter, `up`), a real Prometheus
-on the blocks, the recording rules the panels read, each query as a range query over the span. Prints
-per panel whether it shows data, why not when it does not, and the wall time of each stage.
+"""Every dashboard panel over a long stretch of the twin's backfilled mixed day (the tests check a
+five-minute slice, and a short scenario where alerts fire): backfill (dcgm-exporter, node agents,
+fabric exporter, `up`), a real Prometheus on the blocks, the recording rules the panels and alerts
+read, Prometheus's ALERTS from the alerts' firing episodes, the straggler flags of the anomaly
+detector run offline, each query as a range query over the span. Prints per panel whether it shows
+data, why not when it does not, and the wall time of each stage.
 
     .venv/bin/python bench/dashboards_history.py                        # 6 h of mixed_day, agents every 60 s
     .venv/bin/python bench/dashboards_history.py --duration 24h --agent-step 120s
@@ -28,6 +30,9 @@ def main() -> None:
     parser.add_argument("--duration", default="6h")
     parser.add_argument("--agent-step", default="60s")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: system temp)")
+    parser.add_argument(
+        "--no-stragglers", action="store_true", help="skip the offline straggler detector's flags"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     last = [started]
@@ -37,7 +42,9 @@ def main() -> None:
         print(f"  {now - last[0]:7.1f} s  -> {name}", flush=True)
         last[0] = now
 
-    check = check_history(Path(args.scenario), args.duration, args.agent_step, args.work, stage)
+    check = check_history(
+        Path(args.scenario), args.duration, args.agent_step, args.work, stage, not args.no_stragglers
+    )
     stage("done")
     panels: dict[tuple[str, str], list[int]] = {}
     for result in check.results:
@@ -53,6 +60,8 @@ def main() -> None:
     print(
         f"\n{len(panels)} panels: {len(panels) - len(empty)} with data, {len(empty)} empty "
         f"({len(check.unexplained())} without a reason); {len(refused)} queries refused; "
+        f"{check.alert_episodes} alert episodes and {check.straggler_samples} straggler samples "
+        "written; "
         f"{time.monotonic() - started:.0f} s"
     )
 

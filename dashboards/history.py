@@ -1,16 +1,22 @@
 """Every panel's PromQL over the twin's backfilled history: a real Prometheus serving the blocks that
 `fleetsight twin backfill` cuts (dcgm-exporter, the node agents, the fabric exporter, `up`), with the
-recording rules the panels read computed over the span by promtool, as `fleetsight rules evaluate`
-does. Each query runs as a range query over the whole span, as a panel over that time range would.
+recording rules the panels and the alerts read computed over the span by promtool, as `fleetsight
+rules evaluate` does. Prometheus's own `ALERTS` series are written from the alerts' firing episodes
+over the span (rules/evaluate.py applies `for:` as Prometheus does), and the anomaly service's
+`fleetsight_straggler` flags from its detector run offline over the scenario (when the anomaly extra
+is installed). Each query runs as a range query over the whole span, as a panel over that time range
+would.
 
-Some panels read series that only live services write (the anomaly service's straggler flags, the
-health service's states, Prometheus's own ALERTS, the log pipeline in Elasticsearch): those cannot be
-in a backfill and are listed as such, with the component they need; the live-stack test
-(tests/dashboards/test_dashboards.py) covers them.
+Some panels read series that only live services write (the health service's states, the anomaly
+service's scores, the log pipeline in Elasticsearch): those cannot be in a backfill and are listed as
+such, with the component they need; the live-stack test (tests/dashboards/test_dashboards.py) covers
+them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import re
 import tempfile
 from collections.abc import Callable
@@ -26,8 +32,11 @@ from fleetsight.registry import import_component
 from . import catalog
 from .verify import substitute
 
-# Series that no exporter writes: a live service or Prometheus's rule evaluation does.
-LIVE_ONLY = re.compile(r"\b(ALERTS|fleetsight_straggler\w*|fleetsight_health\w*|fleetsight_anomaly\w*)\b")
+# Series that only a live service writes. ALERTS and the straggler flags are backfilled (see
+# check_history); the straggler score is not: the offline detector reports flags, not scores.
+LIVE_ONLY = re.compile(r"\b(fleetsight_straggler_score|fleetsight_health\w*|fleetsight_anomaly\w*)\b")
+# Series that the backfill writes only when their source ran: the offline anomaly detector.
+ANOMALY_ONLY = re.compile(r"\bfleetsight_straggler\b")
 # Counters the node agent creates with the first event they count (an Xid, an SXid, a kernel event).
 EVENT_COUNTERS = re.compile(r"\b(fleetsight_gpu_xid_errors_total|fleetsight_nvswitch_sxid_errors_total)\b")
 RANGE_STEP_S = 60
@@ -50,6 +59,8 @@ class HistoryCheck:
     end: str
     variables: dict[str, str]
     results: list[PanelResult] = field(default_factory=list)
+    alert_episodes: int = 0  # alert instances that fired over the span, written as ALERTS
+    straggler_samples: int = 0  # fleetsight_straggler samples from the offline detector
 
     def empty(self) -> list[PanelResult]:
         """Queries that returned nothing."""
@@ -79,12 +90,21 @@ def why_empty(panel: catalog.Panel, expr: str) -> str:
     found = LIVE_ONLY.search(expr)
     if found:
         return f"{found.group(1)} is written by a live service, not by a backfill"
+    if ANOMALY_ONLY.search(expr) and not anomaly_installed():
+        return "fleetsight_straggler needs the anomaly extra (numpy, scikit-learn) to be backfilled"
+    if re.search(r"\bALERTS\b", expr):
+        return "shows only while an alert fires"
     if re.search(r"==|>|<|\bunless\b", expr):
         return "shows only while a fault matches its filter"
     found = EVENT_COUNTERS.search(expr)
     if found:
         return f"{found.group(1)} appears with the first event it counts"
     return ""
+
+
+def anomaly_installed() -> bool:
+    """Whether the anomaly service's detector can run offline (its extra's libraries are installed)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("numpy", "sklearn"))
 
 
 def panel_queries() -> list[tuple[catalog.Dashboard, catalog.Panel, catalog.Query]]:
@@ -142,8 +162,11 @@ def check_history(
     agent_step: str = "30s",
     work_root: Path | None = None,
     progress: Callable[[str], None] = lambda _stage: None,
+    stragglers: bool = True,
 ) -> HistoryCheck:
-    """Backfill the scenario (its first DURATION), serve it, record what the panels read, query them."""
+    """Backfill the scenario (its first DURATION), serve it, record what the panels and the alerts
+    read, write the alerts that fired (and, with `stragglers` and the anomaly extra, the detector's
+    flags), query the panels."""
     evaluate: Any = import_component("rules", "evaluate")
     ruleset: Any = import_component("rules", "ruleset")
     span = evaluate.scenario_span(scenario, None, duration)
@@ -151,16 +174,37 @@ def check_history(
     with tempfile.TemporaryDirectory(prefix="dashboards-history-", dir=work_root) as scratch:
         work = Path(scratch)
         blocks = work / "blocks"
+        flagged = 0
         progress("backfill")
         evaluate.backfill(scenario, span, blocks, duration, None, agent_step)
+        if stragglers and anomaly_installed():
+            # Before the records: StragglerNode reads the flags.
+            progress("straggler flags")
+            cluster = evaluate.scenario_cluster(scenario)
+            flagged = evaluate.add_straggler_blocks(scenario, span, blocks, work, cluster)
         rules = ruleset.load_rules()
+        alert_rules = [rule for rule in rules if rule.is_alert]
         readers = [SimpleNamespace(expr=q.expr) for _, _, q in panel_queries()]
         log = work / "prometheus.log"
-        for number, level in enumerate(ruleset.recording_levels(readers, rules)):
+        # Prometheus's rule interval, coarser only where the span would exceed a range query's points.
+        step = max(evaluate.EVAL_INTERVAL_S, math.ceil(span.duration / evaluate.MAX_POINTS))
+        for number, level in enumerate(ruleset.recording_levels([*readers, *alert_rules], rules)):
             progress(f"record level {number}")
             with evaluate.prometheus(blocks, log) as url:
-                evaluate.record_level(url, level, begin, end, evaluate.EVAL_INTERVAL_S, work, blocks)
+                evaluate.record_level(url, level, begin, end, step, work, blocks)
+        progress("alerts")
+        with evaluate.prometheus(blocks, log) as url:
+            episodes = evaluate.alert_episodes(url, alert_rules, begin, end, step)
+        evaluate.add_alert_blocks(episodes, alert_rules, span, step, blocks, work)
         progress("queries")
         with evaluate.prometheus(blocks, log) as url:
             variables, results = run_range_queries(url, begin, end)
-    return HistoryCheck(span.name, evaluate.unix_to_iso(begin), evaluate.unix_to_iso(end), variables, results)
+    return HistoryCheck(
+        span.name,
+        evaluate.unix_to_iso(begin),
+        evaluate.unix_to_iso(end),
+        variables,
+        results,
+        alert_episodes=len(episodes),
+        straggler_samples=flagged,
+    )

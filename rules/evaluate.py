@@ -542,36 +542,119 @@ def straggler_samples(
     return samples
 
 
+def trimmed_scenario(scenario: Path, duration_s: float, work: Path) -> Path:
+    """The scenario cut to its first duration_s (the offline detector has no --duration): the same
+    seed and the same faults up to then (the twin draws random faults in time order, so a shorter
+    day draws the same first ones), without the jobs and faults that would start after the end."""
+    document = yaml.safe_load(scenario.read_text()) or {}
+    if parse_duration(str(document.get("duration", "20m"))) <= duration_s:
+        return scenario
+    document["duration"] = f"{int(duration_s)}s"
+    if not isinstance(document.get("start"), str | None):  # YAML read an ISO time as a datetime
+        document["start"] = document["start"].strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def starts_in_time(entry: dict[str, Any], key: str) -> bool:
+        return parse_duration(entry.get(key, 0)) < duration_s
+
+    document["jobs"] = [job for job in document.get("jobs") or [] if starts_in_time(job, "start")]
+    document["faults"] = [fault for fault in document.get("faults") or [] if starts_in_time(fault, "onset")]
+    path = work / f"{scenario.stem}-first-{int(duration_s)}s.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
 def add_straggler_blocks(scenario: Path, span: ScenarioSpan, data_dir: Path, work: Path, cluster: str) -> int:
     """The straggler flags as TSDB blocks beside the backfill's; returns the number of samples."""
+    trimmed = trimmed_scenario(scenario, span.duration, work)
     samples = straggler_samples(
-        straggler_flags(scenario, work), span.start, span.start + span.duration, cluster
+        straggler_flags(trimmed, work), span.start, span.start + span.duration, cluster
     )
-    if not samples:
-        return 0
-    source = work / "stragglers.om"
     by_series: dict[str, list[float]] = {}
     for labels, stamp in samples:
         by_series.setdefault(labels, []).append(stamp)
+    write_openmetrics_blocks(by_series, work / "stragglers", data_dir, span.duration)
+    return len(samples)
+
+
+def write_openmetrics_blocks(
+    by_series: dict[str, list[float]], stem: Path, data_dir: Path, span_s: float
+) -> None:
+    """Series (`name{labels}` -> timestamps of value 1) as TSDB blocks in data_dir, through promtool's
+    OpenMetrics import (stem.om is the source, stem-blocks its output)."""
+    if not by_series:
+        return
+    source = stem.with_suffix(".om")
     with source.open("w") as handle:
         for labels, stamps in by_series.items():
-            handle.writelines(f"{labels} 1 {stamp:.3f}\n" for stamp in stamps)
+            handle.writelines(f"{labels} 1 {stamp:.3f}\n" for stamp in sorted(stamps))
         handle.write("# EOF\n")
-    output = work / "straggler-blocks"
-    hours = max(2, math.ceil(span.duration / 3600 / 2) * 2)
+    output = stem.with_name(stem.name + "-blocks")
+    hours = max(2, math.ceil(span_s / 3600 / 2) * 2)
     result = subprocess.run(
         [shutil.which("promtool") or "promtool", "tsdb", "create-blocks-from", "openmetrics",
          f"--max-block-duration={hours}h", str(source), str(output)],
         capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     if result.returncode != 0:
-        raise EvaluationError(
-            f"promtool refused the straggler flags: {(result.stderr or result.stdout)[-1500:]}"
-        )
+        raise EvaluationError(f"promtool refused {source.name}: {(result.stderr or result.stdout)[-1500:]}")
     for block in output.iterdir():
         if (block / "meta.json").exists():
             shutil.move(str(block), data_dir / block.name)
-    return len(samples)
+
+
+# ------------------------------------------------------------------------------- ALERTS series
+
+
+def alert_episodes(url: str, alert_rules: list[Rule], begin: float, end: float, step: float) -> list[Episode]:
+    """Every alert's firing episodes over [begin, end], its expression evaluated every `step`."""
+    episodes: list[Episode] = []
+    for rule in alert_rules:
+        episodes += firing_episodes(rule, query_range(url, rule.expr, begin, end, step), step)
+    return episodes
+
+
+def series_text(name: str, labels: dict[str, str]) -> str:
+    """`name{a="1",b="2"}` with OpenMetrics escaping (a label value may hold a quote or backslash)."""
+
+    def escape(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return name + "{" + ",".join(f'{k}="{escape(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+def alerts_series(
+    episodes: list[Episode], for_seconds: dict[str, float], end: float, step: float
+) -> dict[str, list[float]]:
+    """Prometheus's own `ALERTS` series for the episodes, as its rule evaluation writes them every
+    `step`: `alertstate="pending"` during the `for:` wait, then `alertstate="firing"` until the
+    first evaluation without the condition. The alert's labels are the expression's result labels
+    and the rule's static labels (Episode.labels), plus alertname."""
+    series: dict[str, list[float]] = {}
+    for episode in episodes:
+        labels = {**episode.labels, "alertname": episode.alertname}
+        wait = for_seconds.get(episode.alertname, 0.0)
+        pending = series_text("ALERTS", {**labels, "alertstate": "pending"})
+        firing = series_text("ALERTS", {**labels, "alertstate": "firing"})
+        stamp = episode.start - wait
+        while stamp < min(episode.end, end + step / 2):
+            series.setdefault(pending if stamp < episode.start else firing, []).append(stamp)
+            stamp += step
+    return series
+
+
+def add_alert_blocks(
+    episodes: list[Episode],
+    alert_rules: list[Rule],
+    span: ScenarioSpan,
+    step: float,
+    data_dir: Path,
+    work: Path,
+) -> int:
+    """The episodes' ALERTS series as TSDB blocks beside the backfill's; returns the number of samples."""
+    waits = {rule.name: rule.for_seconds for rule in alert_rules}
+    series = alerts_series(episodes, waits, span.start + span.duration, step)
+    write_openmetrics_blocks(series, work / "alerts", data_dir, span.duration)
+    return sum(len(stamps) for stamps in series.values())
 
 
 # ------------------------------------------------------------------------------------ one scenario
@@ -611,11 +694,9 @@ def evaluate_scenario(
             with prometheus(data_dir, log) as url:
                 record_level(url, level, begin, end, step, work, data_dir)
         progress("alerts")
-        episodes: list[Episode] = []
         with prometheus(data_dir, log) as url:
             present = metric_names(url, begin, end)
-            for rule in alert_rules:
-                episodes += firing_episodes(rule, query_range(url, rule.expr, begin, end, step), step)
+            episodes = alert_episodes(url, alert_rules, begin, end, step)
         observable: dict[str, bool] = {}
         for rule in alert_rules:
             sources = source_metrics(rule, rules) - CONTEXT_METRICS
