@@ -30,7 +30,7 @@ def cli() -> None:
     Examples:
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19110
       fleetsight anomaly evaluate --scenario case_01 --scenario fault_free_day
-      fleetsight anomaly evaluate --scenario anomaly/eval/scenarios/gray_10pct.yaml --json
+      fleetsight anomaly evaluate --scenario anomaly/eval/scenarios/gray_x110_16n.yaml --json
     """
 
 
@@ -112,7 +112,7 @@ def evaluate(scenarios: tuple[str, ...], as_json: bool, cycle: float, flags_out:
     \b
     Examples:
       fleetsight anomaly evaluate --scenario case_01
-      fleetsight anomaly evaluate --scenario anomaly/eval/scenarios/*.yaml --json
+      fleetsight anomaly evaluate $(printf -- "--scenario %s " anomaly/eval/scenarios/*.yaml) --json
       fleetsight anomaly evaluate --scenario fault_free_day --flags-out /tmp/flags.jsonl
     """
     from rich.console import Console

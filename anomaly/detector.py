@@ -12,7 +12,8 @@ with the median of the *other* nodes of its job. Healthy peers differ systematic
 stages, silicon, cooling), so each GPU keeps an exponentially weighted history of that deviation (its
 own offset and spread), capped at ``max_offset`` so that a fault present from the start is not learnt
 as normal. The residual is divided by a robust scale: the job's cross-sectional MAD (four or more
-nodes), the GPU's own history, and a floor (``min_scale``), whichever is largest.
+nodes), the GPU's own history and the robust spread of the job's last ``noise_windows`` residuals
+(two or three nodes), and a floor (``min_scale``), whichever is largest.
 
 Model. A Minimum Covariance Determinant fit (scikit-learn) over all GPUs of the cycle, on the features
 (tensor residual z, power ratio, SM-clock ratio, all relative to peers), gives each GPU a robust
@@ -21,13 +22,20 @@ Mahalanobis distance: a candidate must be an outlier in that joint space too, no
 Two paths. The fast path takes a GPU whose z passes the threshold in one window (and the model
 agrees, and its activity kept its own usual level: waiting peers fall below theirs). The slow path
 averages the residual over the last ``slow_windows`` windows, for ~10 % stragglers that hide in one
-window's noise, with a physical floor (``slow_min_effect``) that benign jitter stays under.
+window's noise, with a physical floor (``slow_min_effect``) that benign jitter stays under; a shorter
+average (``short_windows``) decides sooner when it is significantly above that floor. Windows where
+the job is disturbed (a loud node, or peers scattering as they wait for one) are left out of the
+averages. In jobs whose nodes wander by themselves (mixture-of-experts routing moves load between
+nodes for minutes), measured by how far the job's averages wandered lately, the slow path needs a
+hardware signal too: a mild straggler there cannot be told from the job's own imbalance.
 
 Persistence. Windows where the whole job moves together (checkpoints, data-loader stalls, start-up,
 end) do not count: the job's busiest node is itself far below its usual level. A node is flagged when
 it is a candidate in ``k`` of the last ``n`` counted windows (or in two in a row with a strong score,
 or at once with a strong score and a hardware signal), and cleared after ``clear_after`` quiet ones.
-While a job has a candidate, its GPUs' histories are frozen so that an episode is never learnt.
+Histories learn per node, never from a node that is a candidate, flagged or past the threshold, nor
+in a disturbed window, so that an episode is never learnt; the first windows of a job are learnt
+whatever they show (capped), so that its layout becomes its normal at once.
 
 Jobs of one node have no peers: the node is compared with the fleet baseline for the same GPU model
 (busy GPUs' SM clock and power) and flagged only on a hardware signal. The service never imports the
@@ -54,8 +62,9 @@ CAUSES = ("power_brake", "thermal", "pcie", "network", "unknown")
 @dataclass(frozen=True)
 class DetectorConfig:
     z_threshold: float = 4.0  # a candidate GPU's robust z of tensor activity above its peers
-    z_strong: float = 5.0  # strong enough for two windows in a row (or one with a hardware signal);
-    # above what benign OS jitter (a node up to 8 % slower for a minute or three) reaches at the floor
+    z_strong: float = 5.0  # strong enough for two windows in a row (or one with a hardware signal) ...
+    strong_effect: float = 0.16  # ... with a residual at least this (log): twice the largest benign
+    # effect (OS jitter, up to 8 % for up to 3 minutes, plus a window's noise reaches z 5 at times)
     slow_windows: int = 8  # the slow path: mean residual over this many counted windows ...
     slow_min_effect: float = 0.08  # ... at least this (log, ~8 % slower than its peers) and z >= z_threshold
     own_drop: float = 0.05  # a straggler keeps (log) its own usual activity; waiting peers fall below it
@@ -67,6 +76,8 @@ class DetectorConfig:
     k: int = 6  # a mild candidate (z_threshold..z_strong) must hold in k ...
     n: int = 7  # ... of the last n counted windows (longer than benign jitter lasts)
     slow_k: int = 2  # slow-path candidates in a row (on top of its 8-window average)
+    short_windows: int = 4  # the slow path's short average: decides when significantly (z_threshold)
+    # above slow_min_effect, so that a 15-20 % straggler in a noisy job is not left to the 8-window mean
     clear_after: int = 3  # counted windows without a candidate before a flag clears
     min_activity: float = 0.05  # the busiest node's tensor activity below this: nobody computes
     quiet_ratio: float = 0.5  # busiest node below this share of its usual level: the job moves together
@@ -75,6 +86,8 @@ class DetectorConfig:
     mcd_min_rows: int = 200  # no model (the z-score decides) before this many calm rows
     mcd_refit_every: int = 20  # cycles between refits of the model
     hardware_share: float = 0.5  # share of a window's samples with a throttle bit that counts as a signal
+    noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
+    # means give the job's robust noise and drift; flagged nodes' values are left out
     seed: int = 0
 
 
@@ -140,7 +153,12 @@ class _JobState:
     recent_resid: deque[np.ndarray]  # the last counted windows' residuals (the slow path)
     slow_mean: np.ndarray | None = None  # their mean, per GPU
     level: float = math.nan  # the busiest node's usual tensor activity
+    windows: int = 0  # counted windows so far (the first ``min_history`` are the job's warm-up)
     spread: float = math.nan  # the job's usual cross-sectional spread of residuals (calm windows)
+    # The last counted windows' residuals and slow-path means of unflagged nodes: their robust spread
+    # is the job's noise, one window at a time and over minutes (it needs no calm window to learn).
+    noise: deque[np.ndarray] = field(default_factory=deque)
+    drift: deque[np.ndarray] = field(default_factory=deque)
     node_state: dict[str, _NodeState] = field(default_factory=dict)
 
 
@@ -242,6 +260,8 @@ class Detector:
                 count=np.zeros(shape, dtype=np.int64),
                 own=np.full(shape, np.nan),
                 recent_resid=deque(maxlen=self.config.slow_windows),
+                noise=deque(maxlen=self.config.noise_windows),
+                drift=deque(maxlen=self.config.noise_windows),
                 node_state={n: _NodeState(recent=deque(maxlen=self.config.n)) for n in names},
             )
             self.jobs[job_id] = state
@@ -263,6 +283,7 @@ class Detector:
         if math.isfinite(state.level) and top < cfg.quiet_ratio * state.level:
             return None
         state.level = top if not math.isfinite(state.level) else state.level + 0.1 * (top - state.level)
+        state.windows += 1
         ref = leave_one_out_median(node_level)
         dev = _safe_log(tensor) - _safe_log(ref)[:, None]
         resid = dev - state.mu
@@ -276,9 +297,12 @@ class Detector:
             usual = state.spread if math.isfinite(state.spread) else spread
             if math.isfinite(usual):
                 scale = np.maximum(scale, usual)
-        if len(node_idx) < 4:  # no cross-section to speak of: the GPU's own spread
+        if len(node_idx) < 4:
+            # No cross-section to speak of: the GPU's own spread, and the job's recent windows (its
+            # own spread needs calm windows to learn from; these do not).
             own = np.where(state.count >= cfg.min_history, np.sqrt(state.var), 0.0)
-            scale = np.maximum(scale, own)
+            scale = np.maximum(np.maximum(scale, own), _pooled_spread(state.noise))
+            self._remember(state.noise, resid, state)
         z = resid / scale
         power = _safe_log(window.power[node_idx])
         clock = _safe_log(window.sm_clock[node_idx])
@@ -302,6 +326,13 @@ class Detector:
             resid=resid,
             scale=scale,
         )
+
+    @staticmethod
+    def _remember(pool: deque[np.ndarray], values: np.ndarray, state: _JobState) -> None:
+        """Keep a window's per-GPU values for the job's noise, without its flagged nodes (an episode
+        must not widen the noise that hides it)."""
+        flagged = np.array([state.node_state[name].flag is not None for name in state.nodes])
+        pool.append(np.where(flagged[:, None], np.nan, values))
 
     def _keep_calm_rows(self, rows: np.ndarray) -> None:
         rows = rows[np.isfinite(rows).all(axis=1)]
@@ -352,8 +383,14 @@ class Detector:
         z = candidate.z
         z_clean = np.where(np.isfinite(z), z, 0.0)
         hit = (z_clean >= cfg.z_threshold) & outlier & candidate.kept_pace
-        slow = self._slow_path(state, candidate)
-        any_active = False
+        slow = self._slow_path(state, candidate, window)
+        # While the job is disturbed (a loud straggler's peers wait, and waiting activity scatters),
+        # a peer can reach a strong z by chance; only the job's top node counts as strong then.
+        top = int(np.argmax(z_clean.max(axis=1))) if self._disturbed(state, candidate) else -1
+        busy = np.zeros(len(candidate.window_nodes), dtype=bool)  # nodes that must not learn now
+        # The job's first windows: every node learns what it shows (capped at max_offset), so that
+        # pipeline stages and silicon become the job's normal at once; only hardware flags meanwhile.
+        warm = state.windows <= cfg.min_history
         for pos, node_index in enumerate(candidate.window_nodes):
             name = window.nodes[node_index]
             node_state = state.node_state[name]
@@ -368,14 +405,21 @@ class Detector:
             is_candidate = (
                 bool(hit[pos].any()) or slow_hit or (node_state.flag is not None and node_z >= threshold)
             )
-            strong = is_candidate and node_z >= cfg.z_strong
+            strong = (
+                is_candidate
+                and node_z >= cfg.z_strong
+                and float(candidate.resid[pos, gpu]) >= cfg.strong_effect
+                and top in (-1, pos)
+            )
             node_state.recent.append(is_candidate)
             node_state.strong_run = node_state.strong_run + 1 if strong else 0
             node_state.quiet_run = 0 if is_candidate else node_state.quiet_run + 1
-            any_active |= is_candidate or node_state.flag is not None
+            past = bool((z_clean[pos] >= cfg.z_threshold).any())
+            busy[pos] = node_state.flag is not None or (not warm and (is_candidate or past))
             if node_state.flag is None:
                 if is_candidate:  # evidence only for candidates: comparing with peers costs O(job)
-                    self._maybe_flag(candidate, window, node_state, pos, gpu, node_z, strong, events)
+                    args = (pos, gpu, node_z, strong, warm)
+                    self._maybe_flag(candidate, window, node_state, *args, events)
             elif node_state.quiet_run >= cfg.clear_after:
                 events.append(Event("clear", window.end, node_state.flag))
                 node_state.flag = None
@@ -390,10 +434,12 @@ class Detector:
                     if cause != "unknown":
                         flag.cause, flag.evidence = cause, evidence
                         events.append(Event("cause", window.end, flag))
-        # Learn only from calm windows: no candidate, no flag, no GPU past the threshold (even one
-        # the model did not confirm), so that an episode never becomes a GPU's normal.
-        if not any_active and not (z_clean >= cfg.z_threshold).any():
-            self._learn(state, candidate, window)
+        # Learn per node, never from a node that is a candidate, flagged or past the threshold, nor in
+        # a disturbed window (waiting peers scatter), so that an episode never becomes a GPU's normal.
+        # Per node, not per job: in a job of hundreds of GPUs some GPU is always past the threshold
+        # before the offsets are learnt, and a job-wide freeze would then never learn them.
+        if top < 0:
+            self._learn(state, candidate, window, busy)
 
     def _maybe_flag(
         self,
@@ -404,11 +450,14 @@ class Detector:
         gpu: int,
         node_z: float,
         strong: bool,
+        warm: bool,
         events: list[Event],
     ) -> None:
         cfg = self.config
         cause, evidence = self._cause(window, candidate.window_nodes, pos, gpu, node_z)
         hardware = cause in ("power_brake", "thermal", "pcie")
+        if warm and not hardware:
+            return
         due = (
             sum(node_state.recent) >= cfg.k
             or node_state.strong_run >= 2
@@ -422,38 +471,75 @@ class Detector:
             )
             events.append(Event("flag", window.end, node_state.flag))
 
-    def _slow_path(self, state: _JobState, candidate: _Candidate) -> np.ndarray:
+    def _slow_path(self, state: _JobState, candidate: _Candidate, window: Window) -> np.ndarray:
         """Small slowdowns (~10 %) hide in one window's noise: the mean residual over the last
         ``slow_windows`` counted windows must be a physical effect (``slow_min_effect``) and
         significant (the scale shrinks with the square root of the windows averaged). Benign
-        disturbances (a minute of OS jitter, a rank logging slowly by a few per cent) stay below."""
+        disturbances (a minute of OS jitter, a rank logging slowly by a few per cent) stay below.
+        A shorter average (``short_windows``) decides sooner when it is significantly *above* the
+        largest benign effect, not just above zero: a 15-20 % straggler in a noisy job."""
         cfg = self.config
-        if np.nan_to_num(candidate.z).max() >= cfg.z_strong:
-            # A loud straggler: its peers wait, and waiting activity is too noisy to average. The slow
-            # path starts afresh once the job is quiet again (the fast path handles loud ones).
-            state.recent_resid.clear()
-            state.slow_mean = None
-            return np.zeros(candidate.z.shape, dtype=bool)
+        none = np.zeros(candidate.z.shape, dtype=bool)
+        if self._disturbed(state, candidate):
+            # A loud straggler's peers wait, and waiting activity is too noisy to average: the window
+            # enters the averages empty (the fast path handles loud stragglers), so that time still
+            # passes and no average is made of windows from before a long episode.
+            state.recent_resid.append(np.full(candidate.resid.shape, np.nan))
+            return none
         state.recent_resid.append(candidate.resid)
-        if len(state.recent_resid) < cfg.slow_windows:
-            return np.zeros(candidate.z.shape, dtype=bool)
+        if len(state.recent_resid) < cfg.short_windows:
+            return none
+        stack = np.stack(state.recent_resid)
+        drift = _pooled_spread(state.drift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(np.stack(state.recent_resid), axis=0)
-        state.slow_mean = mean
-        scale = candidate.scale / math.sqrt(cfg.slow_windows)  # independent windows
-        if len(candidate.window_nodes) >= 4:
-            # Peers whose load drifts for minutes (mixture-of-experts routing) are not independent
-            # from window to window: the spread of the averages themselves says how far they wander.
-            spread = 1.4826 * _nanmedian(np.abs(mean - _nanmedian(mean)))
-            if math.isfinite(spread):
-                scale = np.maximum(scale, spread)
-        z_mean = mean / scale
-        slow = (mean >= cfg.slow_min_effect) & (z_mean >= cfg.z_threshold) & candidate.kept_pace
-        return np.where(np.isfinite(mean), slow, False)
+            short = np.nanmean(stack[-cfg.short_windows :], axis=0)
+            mean = np.nanmean(stack, axis=0)
+        short_scale = np.maximum(candidate.scale / math.sqrt(cfg.short_windows), drift)
+        slow = short - cfg.slow_min_effect >= cfg.z_threshold * short_scale
+        if len(state.recent_resid) >= cfg.slow_windows:
+            state.slow_mean = mean
+            scale = candidate.scale / math.sqrt(cfg.slow_windows)  # independent windows
+            if len(candidate.window_nodes) >= 4:
+                # Peers whose load drifts for minutes (mixture-of-experts routing) are not
+                # independent from window to window: the spread of the averages says how far they
+                # wander.
+                spread = 1.4826 * _nanmedian(np.abs(mean - _nanmedian(mean)))
+                if math.isfinite(spread):
+                    scale = np.maximum(scale, spread)
+            # The same over time, which also works for two or three nodes: how far this job's
+            # averages wandered in the last minutes (expert routing drifts ~5 % with ~10 min memory).
+            scale = np.maximum(scale, drift)
+            self._remember(state.drift, mean, state)
+            slow |= (mean >= cfg.slow_min_effect) & (mean / scale >= cfg.z_threshold)
+        if drift > cfg.slow_min_effect / 2:
+            # The job's nodes wander by themselves by half the smallest straggler sought: a mild
+            # straggler cannot be told from the job's own imbalance unless the hardware says so.
+            slow &= self._hardware_signal(window, candidate.window_nodes)[:, None]
+        slow &= candidate.kept_pace
+        return np.where(np.isfinite(short), slow, False)
 
-    def _learn(self, state: _JobState, candidate: _Candidate, window: Window) -> None:
-        """Update every GPU's history of its deviation (only in windows without any candidate)."""
+    def _hardware_signal(self, window: Window, node_idx: list[int]) -> np.ndarray:
+        """Per node: a throttle bit in most of the window's samples or a downgraded PCIe link."""
+        share = self.config.hardware_share
+        brake = np.nan_to_num(window.brake[node_idx]).max(axis=1) >= share
+        thermal = np.nan_to_num(window.thermal[node_idx]).max(axis=1) >= share
+        pcie = np.nan_to_num(window.pcie_downgraded[node_idx]).max(axis=1) > 0
+        return brake | thermal | pcie
+
+    def _disturbed(self, state: _JobState, candidate: _Candidate) -> bool:
+        """A window where some node is loud, or the peers scatter far more than usual (they wait for
+        a straggler, or the job is unsettled)."""
+        cfg = self.config
+        if np.nan_to_num(candidate.z).max() >= cfg.z_strong:
+            return True
+        if len(candidate.window_nodes) < 8:  # a few nodes' spread swings by itself from window to window
+            return False
+        usual = state.spread
+        return math.isfinite(candidate.spread) and math.isfinite(usual) and candidate.spread > 2 * usual
+
+    def _learn(self, state: _JobState, candidate: _Candidate, window: Window, busy: np.ndarray) -> None:
+        """Update the history of every GPU of the nodes that are not ``busy``."""
         cfg = self.config
         node_idx = candidate.window_nodes
         tensor = window.tensor[node_idx]
@@ -461,10 +547,12 @@ class Detector:
             warnings.simplefilter("ignore", RuntimeWarning)
             ref = leave_one_out_median(np.nanmedian(tensor, axis=1))
         dev = _safe_log(tensor) - _safe_log(ref)[:, None]
-        ok = np.isfinite(dev)
+        ok = np.isfinite(dev) & ~busy[:, None]
         if state.slow_mean is not None:
-            # A GPU drifting away for minutes may be a mild fault setting in: do not learn it.
-            ok &= ~(np.nan_to_num(state.slow_mean) >= cfg.slow_min_effect / 2)
+            # A GPU drifting away for minutes may be a mild fault setting in: do not learn it, once
+            # its first windows gave it an offset (a fault there from the start is capped instead).
+            drifting = np.nan_to_num(state.slow_mean) >= cfg.slow_min_effect / 2
+            ok &= ~(drifting & (state.count >= cfg.min_history))
         alpha = np.maximum(cfg.history_alpha, 1.0 / (state.count + 1))
         delta = np.where(ok, dev - state.mu, 0.0)
         state.mu = np.clip(state.mu + alpha * delta, -cfg.max_offset, cfg.max_offset)
@@ -478,8 +566,9 @@ class Detector:
             state.own + alpha * (log_tensor - state.own),
             np.where(seen, log_tensor, state.own),
         )
-        self._keep_calm_rows(candidate.features)
-        if math.isfinite(candidate.spread):
+        calm_rows = np.repeat(~busy, window.gpus)
+        self._keep_calm_rows(candidate.features[calm_rows])
+        if math.isfinite(candidate.spread) and not busy.any():  # job-wide: only when all are calm
             state.spread = (
                 candidate.spread
                 if not math.isfinite(state.spread)
@@ -600,6 +689,16 @@ class Detector:
             events.append(Event("clear", window.end, node_state.flag))
             node_state.flag = None
             node_state.recent.clear()
+
+
+def _pooled_spread(pool: deque[np.ndarray]) -> float:
+    """Robust spread (1.4826 MAD) of all values in the pool around 0, the usual deviation; 0 when
+    empty. Around 0, not the pool's median: a residual is already relative to the GPU's own offset."""
+    if not pool:
+        return 0.0
+    values = np.concatenate([v.ravel() for v in pool])
+    values = values[np.isfinite(values)]
+    return 1.4826 * float(np.median(np.abs(values))) if values.size else 0.0
 
 
 def _round(value: float) -> float | None:

@@ -52,6 +52,20 @@ def test_two_stragglers_in_one_job_and_small_jobs() -> None:
         assert not wrong, f"{name}: flags on nodes without a fault: {wrong}"
 
 
+def test_mixture_of_experts_jobs() -> None:
+    """Expert routing moves load between the nodes of a MoE job for minutes: that imbalance is not a
+    straggler (no flag in a 3- and a 4-node MoE job over two hours); a node 40 % slower is one."""
+    quiet = evaluation.run_scenario(evaluation.resolve_scenario("moe_small_fault_free_7n"))
+    assert quiet.fault_free
+    flags = [e.straggler.as_dict() for e in quiet.events["detector"] if e.kind == "flag"]
+    assert flags == [], flags
+    loud = evaluation.run_scenario(evaluation.resolve_scenario("moe_gray_x14_8n"))
+    episodes = [e for e in loud.episodes if e.counted]
+    assert len(episodes) == 1, loud.episodes
+    flagged = [(e.straggler.job, e.straggler.node) for e in loud.events["detector"] if e.kind == "flag"]
+    assert flagged == [(episodes[0].job, episodes[0].node)], flagged
+
+
 def test_fault_free_hours_raise_no_flag() -> None:
     run = evaluation.run_scenario(evaluation.resolve_scenario("fault_free_12n_4h"))
     assert run.fault_free and run.hours >= 4

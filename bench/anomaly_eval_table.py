@@ -1,0 +1,80 @@
+"""Markdown tables from `fleetsight anomaly evaluate --json`: the detector per band (and per fault kind
+and band) with both baselines beside it, and the false flags on fault-free scenarios.
+
+    fleetsight anomaly evaluate $(printf -- "--scenario %s " anomaly/eval/scenarios/*.yaml) --json > e.json
+    python bench/anomaly_eval_table.py e.json [--kinds]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+METHODS = ("detector", "static_power", "zscore")
+COLUMNS = ("episodes", "precision", "recall", "f1", "latency_median_s", "latency_p95_s")
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if column.startswith("latency"):
+        return f"{value:.0f}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _figures(report: dict[str, Any], method: str) -> dict[str, Any]:
+    return report if method == "detector" else report["baselines"][method]
+
+
+def _rows(report: dict[str, Any], kinds: bool) -> list[tuple[str, str, str, dict[str, Any]]]:
+    rows = []
+    for method in METHODS:
+        figures = _figures(report, method)
+        rows.append((method, "all", "all", figures))
+        for band, band_figures in figures["by_band"].items():
+            if band_figures["episodes"]:
+                rows.append((method, "all", band, band_figures))
+        if kinds and method == "detector":
+            for row in figures["by_kind_band"]:
+                if row["episodes"]:
+                    rows.append((method, row["kind"], row["band"], row))
+    return rows
+
+
+def table(report: dict[str, Any], kinds: bool = False) -> str:
+    lines = [
+        "| method | kind | band | episodes | precision | recall | F1 | latency median s | latency p95 s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method, kind, band, figures in _rows(report, kinds):
+        cells = [method, kind, band, *(_cell(c, figures[c]) for c in COLUMNS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| method | false flags on fault-free scenarios | node-hours | per 1,000 node-hours |",
+        "|---|---|---|---|",
+    ]
+    for method in METHODS:
+        figures = _figures(report, method)
+        per = figures["false_flags"]
+        lines.append(
+            f"| {method} | {figures['false_flag_count']} | {figures['fault_free_node_hours']} | "
+            f"{'-' if per is None else f'{per:.1f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("report", type=Path)
+    parser.add_argument("--kinds", action="store_true", help="the detector's rows per fault kind too")
+    args = parser.parse_args()
+    print(table(json.loads(args.report.read_text()), args.kinds))
+
+
+if __name__ == "__main__":
+    main()
