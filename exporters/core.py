@@ -216,7 +216,24 @@ def self_metrics(states: dict[str, SourceState], prefix: str = "fleetsight") -> 
     return f.all()
 
 
-class DeadlineRunner:
+class SourceRunner:
+    """What both runners hold: the sources, each one's gather state, the self-metrics' prefix and the
+    constant labels every sample carries."""
+
+    def __init__(
+        self,
+        sources: Iterable[Source],
+        prefix: str = "fleetsight",
+        const_labels: dict[str, str] | None = None,
+    ) -> None:
+        self.sources = list(sources)
+        const = const_labels or {}
+        self.const = (tuple(const), tuple(const.values()))
+        self.prefix = prefix
+        self.states = {s.name: SourceState() for s in self.sources}
+
+
+class DeadlineRunner(SourceRunner):
     """A prometheus_client custom collector: on each scrape, every source gathers in a worker thread
     and the scrape waits at most ``deadline_s`` in total."""
 
@@ -227,12 +244,8 @@ class DeadlineRunner:
         prefix: str = "fleetsight",
         const_labels: dict[str, str] | None = None,
     ) -> None:
-        self.sources = list(sources)
-        const = const_labels or {}
-        self.const = (tuple(const), tuple(const.values()))
+        super().__init__(sources, prefix, const_labels)
         self.deadline_s = deadline_s
-        self.prefix = prefix
-        self.states = {s.name: SourceState() for s in self.sources}
         # One thread per source: a stuck source keeps its own thread, never another's.
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(self.sources)), thread_name_prefix="gather")
         self.lock = threading.Lock()  # two overlapping scrapes share in-flight work, not duplicate it
@@ -286,7 +299,7 @@ class Snapshot:
     gzipped: bytes = b""
 
 
-class CachedRunner:
+class CachedRunner(SourceRunner):
     """Runs its sources in a background loop every ``interval_s`` and renders the result once; a scrape
     sends the last rendering, so it costs the same for 200 series or 200,000 (the fabric exporter).
     Its sources and self-metrics are the node agent's kind: a :class:`Source` reports problems, and
@@ -299,12 +312,8 @@ class CachedRunner:
         prefix: str = "fleetsight",
         const_labels: dict[str, str] | None = None,
     ) -> None:
-        self.sources = list(sources)
-        const = const_labels or {}
-        self.const = (tuple(const), tuple(const.values()))
+        super().__init__(sources, prefix, const_labels)
         self.interval_s = interval_s
-        self.prefix = prefix
-        self.states = {s.name: SourceState() for s in self.sources}
         self.snapshot = Snapshot()
         self.refreshes = 0
         self.stop = threading.Event()
