@@ -154,6 +154,12 @@ class HealthEngine:
         for node, saved in data.get("drains", {}).items():
             record = self.nodes.setdefault(node, NodeRecord())
             record.drain_origin, record.drain_reason = saved["origin"], saved["reason"]
+        # The hysteresis memory: a restart inside clean_for must not release a node early.
+        for node, held in data.get("recent", {}).items():
+            record = self.nodes.setdefault(node, NodeRecord())
+            for saved_signal, last_seen in held:
+                kept = Signal(**saved_signal)
+                record.recent[kept.key] = (kept, float(last_seen))
         for event in data.get("events", []):
             self.events.append(event)
 
@@ -176,6 +182,11 @@ class HealthEngine:
             "events": list(self.events)[-1000:],
             "states": {
                 n: {"state": r.state, "since": r.since, "unit": r.unit} for n, r in self.nodes.items()
+            },
+            "recent": {
+                n: [[asdict(sig), seen] for sig, seen in r.recent.values()]
+                for n, r in self.nodes.items()
+                if r.recent
             },
         }
         tmp = path.with_suffix(".tmp")

@@ -128,6 +128,21 @@ def test_drains_overrides_and_history_survive_a_restart(tmp_path: Path) -> None:
     assert len(again.grants) == 1 and again.events and again.next_event_id == engine.next_event_id
 
 
+def test_held_reasons_survive_a_restart_inside_clean_for(tmp_path: Path) -> None:
+    engine = HealthEngine(POLICY, tmp_path)
+    engine.update(observe(signal("e02", "XidBad")), now=0)
+    engine.update(observe(), now=10)  # the alert is gone; held until 10 + 60
+    engine.save()
+    again = HealthEngine(POLICY, tmp_path)
+    again.update(observe(), now=20)
+    node = again.snapshot()["nodes"]["e02"]
+    assert node["state"] == "draining" and node["reasons"][0]["signal"] == "XidBad"
+    assert node["reasons"][0]["last_seen"]
+    assert [d["node"] for d in again.drain_list()] == ["e02"]
+    again.update(observe(), now=71)  # clean_for has passed since it was last seen
+    assert again.snapshot()["nodes"]["e02"]["state"] == "healthy" and not again.drain_list()
+
+
 def test_policy_errors_name_the_key(tmp_path: Path) -> None:
     assert load().signals["GPUFellOffBus"] == "repair"
     for raw, message in (
