@@ -13,14 +13,14 @@ from fleetsight.settings import Settings
 
 from . import local
 from .install import INSTALL_STEPS as THANOS_INSTALL_STEPS
-from .install import thanos_binary
+from .install import THANOS_BUILD
 
 REPLICAS = ("A", "B")
 
 
 def missing_thanos(settings: Settings) -> str | None:
-    if not thanos_binary(settings).is_file():
-        return f"not installed: {thanos_binary(settings)} (run `fleetsight setup`; it builds Thanos)"
+    if not THANOS_BUILD.binary(settings).is_file():
+        return f"not installed: {THANOS_BUILD.binary(settings)} (run `fleetsight setup`; it builds Thanos)"
     return None
 
 

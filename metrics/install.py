@@ -10,10 +10,7 @@ build) so that a rebuild after a version bump only compiles what changed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fleetsight.gobuild import GoModuleBuild
-from fleetsight.settings import Settings
 from fleetsight.setup import InstallStep
 
 THANOS_MODULE = "github.com/thanos-io/thanos"
@@ -29,21 +26,12 @@ THANOS_BUILD = GoModuleBuild(
 )
 
 
-def thanos_binary(settings: Settings) -> Path:
-    """The Thanos binary that setup builds (``.cache/bin/thanos``)."""
-    return THANOS_BUILD.binary(settings)
-
-
-def thanos_present(settings: Settings) -> bool:
-    return THANOS_BUILD.present(settings)
-
-
 INSTALL_STEPS = [
     InstallStep(
         name="thanos",
         description=f"Thanos {THANOS_VERSION} (sidecar, store, query, compact), built from its Go module",
         needed_by="thanos sidecar/store/query/compact",
-        check=thanos_present,
+        check=THANOS_BUILD.present,
         install=THANOS_BUILD.install,
         eta="~4-8 min cold (Go build, 2 cores), ~1 min with warm Go caches",
     ),

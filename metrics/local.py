@@ -27,7 +27,7 @@ from fleetsight.components import load_components
 from fleetsight.registry import port_offsets
 from fleetsight.settings import Settings
 
-from .install import thanos_binary
+from .install import THANOS_BUILD
 
 METRICS_DIR = Path(__file__).resolve().parent
 PRODUCTION_CONFIG = METRICS_DIR / "prometheus.yml"
@@ -241,7 +241,7 @@ def prepare_bucket(settings: Settings) -> None:
 def sidecar_command(settings: Settings, replica: str) -> list[str]:
     http_port, grpc_port = sidecar_port_names(replica)
     return [
-        str(thanos_binary(settings)),
+        str(THANOS_BUILD.binary(settings)),
         "sidecar",
         f"--tsdb.path={settings.data_dir(prometheus_name(replica))}",
         f"--prometheus.url={settings.url(prometheus_port_name(replica))}",
@@ -253,7 +253,7 @@ def sidecar_command(settings: Settings, replica: str) -> list[str]:
 
 def store_command(settings: Settings) -> list[str]:
     return [
-        str(thanos_binary(settings)),
+        str(THANOS_BUILD.binary(settings)),
         "store",
         f"--data-dir={settings.data_dir('thanos-store')}",
         f"--objstore.config-file={objstore_config_path(settings)}",
@@ -265,7 +265,7 @@ def store_command(settings: Settings) -> list[str]:
 
 def compact_command(settings: Settings) -> list[str]:
     return [
-        str(thanos_binary(settings)),
+        str(THANOS_BUILD.binary(settings)),
         "compact",
         "--wait",
         f"--data-dir={settings.data_dir('thanos-compact')}",
@@ -283,7 +283,7 @@ def compact_command(settings: Settings) -> list[str]:
 def query_command(settings: Settings) -> list[str]:
     endpoints = [sidecar_port_names(r)[1] for r in ("A", "B")] + ["thanos_store_grpc"]
     return [
-        str(thanos_binary(settings)),
+        str(THANOS_BUILD.binary(settings)),
         "query",
         f"--http-address=127.0.0.1:{settings.port('thanos_query')}",
         f"--grpc-address=127.0.0.1:{settings.port('thanos_query_grpc')}",

@@ -25,7 +25,7 @@ from .evaluate import (
     merge,
     work_folder,
 )
-from .install import promtool3_binary
+from .install import PROMTOOL3_BUILD
 from .ruleset import RULES_DIR, rule_files
 
 SCENARIO_DIR = RULES_DIR.parent / "twin" / "scenarios"
@@ -33,7 +33,7 @@ SCENARIO_DIR = RULES_DIR.parent / "twin" / "scenarios"
 
 def promtools() -> dict[str, str | None]:
     """promtool 2.x (Debian) and 3.x (built by `fleetsight setup`), None where missing."""
-    built = promtool3_binary(Settings())
+    built = PROMTOOL3_BUILD.binary(Settings())
     return {"promtool": shutil.which("promtool"), "promtool3": str(built) if built.exists() else None}
 
 

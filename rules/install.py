@@ -7,10 +7,7 @@ unit-tested with both. No binary can be downloaded here: like Thanos, it is buil
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fleetsight.gobuild import GoModuleBuild
-from fleetsight.settings import Settings
 from fleetsight.setup import InstallStep
 
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
@@ -37,21 +34,12 @@ PROMTOOL3_BUILD = GoModuleBuild(
 )
 
 
-def promtool3_binary(settings: Settings) -> Path:
-    """The promtool 3.x that setup builds (``.cache/bin/promtool3``)."""
-    return PROMTOOL3_BUILD.binary(settings)
-
-
-def promtool3_present(settings: Settings) -> bool:
-    return PROMTOOL3_BUILD.present(settings)
-
-
 INSTALL_STEPS = [
     InstallStep(
         name="promtool3",
         description=f"promtool {prometheus_release()} (Prometheus 3.x rule checks), built from its Go module",
         needed_by="tests/rules (rules checked and unit-tested with promtool 2.x and 3.x)",
-        check=promtool3_present,
+        check=PROMTOOL3_BUILD.present,
         install=PROMTOOL3_BUILD.install,
         eta="~3-6 min cold (Go build, 2 cores), ~30 s with warm Go caches",
     ),

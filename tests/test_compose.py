@@ -340,9 +340,9 @@ def test_object_store_bucket_user_and_policy_agree(services: dict[str, dict[str,
 
 
 def thanos_binary() -> Path:
-    from metrics.install import thanos_binary as installed_thanos
+    from metrics.install import THANOS_BUILD
 
-    binary = installed_thanos(Settings())
+    binary = THANOS_BUILD.binary(Settings())
     assert binary.is_file(), f"{binary} is missing: run `fleetsight setup` (it builds Thanos)"
     return binary
 

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
 from fleetsight.settings import Settings
-from metrics.install import THANOS_VERSION, thanos_binary, thanos_present
+from metrics.install import THANOS_BUILD, THANOS_VERSION
 from pipelines.install import (
     KAFKA_VERSION,
     OPENSEARCH_HEAP,
@@ -157,8 +157,8 @@ def filesystem_objstore(tmp_path: Path, name: str) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def thanos() -> Path:
-    require_installed("thanos", thanos_present(SETTINGS))
-    return thanos_binary(SETTINGS)
+    require_installed("thanos", THANOS_BUILD.present(SETTINGS))
+    return THANOS_BUILD.binary(SETTINGS)
 
 
 def test_thanos_reports_the_pinned_version(thanos: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetsight.settings import Settings
-from rules.install import prometheus_release, promtool3_binary, promtool3_present
+from rules.install import PROMTOOL3_BUILD, prometheus_release
 from rules.ruleset import RULES_DIR, rule_files
 
 UNIT_TESTS = sorted((RULES_DIR / "tests").glob("*.yml"))
@@ -25,10 +25,10 @@ def promtool(generation: str) -> str:
             pytest.fail("promtool 2.x is missing: apt-get install prometheus (or `fleetsight setup`)")
         return binary
     settings = Settings()
-    if not promtool3_present(settings):
-        missing = promtool3_binary(settings)
+    if not PROMTOOL3_BUILD.present(settings):
+        missing = PROMTOOL3_BUILD.binary(settings)
         pytest.fail(f"promtool {prometheus_release()} is missing at {missing}: run `fleetsight setup`")
-    return str(promtool3_binary(settings))
+    return str(PROMTOOL3_BUILD.binary(settings))
 
 
 def run(binary: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
