@@ -9,6 +9,7 @@ import random
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 from fleetsight.components import load_components
 from fleetsight.registry import port_offsets
@@ -22,6 +23,21 @@ def free_base() -> int:
         if all(port_free(base + offset) for offset in port_offsets().values()):
             return base
     raise RuntimeError("no free port range")
+
+
+def session_cpu_seconds(session: int) -> float:
+    """User + system CPU seconds of the live processes in one session (a component and its children)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        # after the command: state ppid pgrp session ... utime(12) stime(13) cutime cstime
+        if int(fields[3]) == session:
+            total += sum(int(value) for value in fields[11:15])
+    return total / ticks
 
 
 def port_free(port: int) -> bool:
@@ -60,6 +76,10 @@ class Stack:
             if self.processes[name].poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"{name} did not start; see {log}")
             time.sleep(0.5)
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by each component's processes (its whole session)."""
+        return {name: session_cpu_seconds(process.pid) for name, process in self.processes.items()}
 
     def stop_all(self) -> None:
         for process in reversed(list(self.processes.values())):

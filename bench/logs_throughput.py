@@ -14,6 +14,8 @@ temporary run folder, then:
    write time; "indexed" compares it with the document's `event.ingested` (set by the ingest pipeline);
    "searchable" probes twice a second: the line just written is searched (no forced refresh) until a
    search returns it.
+After each phase: the CPU each component used per line (its whole process session, from /proc), and
+the ceiling that implies on this machine (cores / CPU per line): a figure that load barely moves.
 
     .venv/bin/python bench/logs_throughput.py [--lines 200000] [--rate 5000] [--seconds 30] [--warmup 100000]
 """
@@ -180,6 +182,18 @@ def percentiles(values: list[float]) -> str:
     return f"p50 {statistics.median(ordered):.2f} s  p99 {p99:.2f} s  max {ordered[-1]:.2f} s  ({len(ordered)} lines)"
 
 
+def cpu_report(before: dict[str, float], after: dict[str, float], own: float, lines: int) -> str:
+    """CPU microseconds per line, by component and in all: the whole budget on this machine is
+    cpu_count seconds per second, so `cpu_count / total` is the most lines/s it could ever do."""
+    used = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    used["bench script (producer/writer)"] = own
+    parts = ", ".join(f"{name} {1e6 * cpu / lines:.0f}" for name, cpu in used.items())
+    total = sum(used.values())
+    ceiling = (os.cpu_count() or 1) * lines / total if total else float("nan")
+    return (f"  CPU per line (us): {parts}; total {1e6 * total / lines:.0f} us/line"
+            f" -> at most {ceiling:,.0f} lines/s on {os.cpu_count()} cpus")  # fmt: skip
+
+
 def load() -> str:
     return f"load average {os.getloadavg()[0]:.1f} (1 min) on {os.cpu_count()} cpus"
 
@@ -207,11 +221,15 @@ def main() -> None:
             # path runs for weeks, so the figure is taken warm.
             throughput(stack, args.warmup, start=10**9)
             print(f"warm-up: {args.warmup:,} lines indexed first (not counted)")
+        cpu, own = stack.cpu_seconds(), time.process_time()
         sustained, overall = throughput(stack, args.lines)
         print(f"throughput Kafka -> ingest pipelines -> OpenSearch ({args.lines:,} lines): "
               f"sustained {sustained:,.0f} lines/s, overall {overall:,.0f} lines/s; {load()}")  # fmt: skip
+        print(cpu_report(cpu, stack.cpu_seconds(), time.process_time() - own, args.lines))
+        cpu, own = stack.cpu_seconds(), time.process_time()
         indexed, searchable = latency(stack, args.rate, args.seconds)
         print(f"end to end at {args.rate:,} lines/s written on nodes for {args.seconds} s; {load()}")
+        print(cpu_report(cpu, stack.cpu_seconds(), time.process_time() - own, len(indexed) or 1))
         if indexed:
             print(f"  written -> indexed:    {percentiles(indexed)}")
         if searchable:
