@@ -19,9 +19,12 @@ from .elastalert import (
     elastalert_missing,
     prepare_elastalert,
 )
-from .rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
+from .rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS, NodeOptions, ShipperOptions, node_config, shipper_config
 
 LOCAL_CLUSTER = "twin"
+# A stopping node rsyslogd may wait omkafka's closeTimeout for librdkafka (Kafka down), then saves its
+# disk queues and imfile positions: a SIGKILL before that can lose lines imfile already marked read.
+NODE_RSYSLOG_STOP_TIMEOUT_S = KAFKA_CLOSE_TIMEOUT_MS / 1000 + 10.0
 
 
 # -- Kafka ------------------------------------------------------------------------------------------
@@ -228,6 +231,7 @@ COMPONENTS = [
         urls=lambda s: {"reads": str(twin_nodes_root(s))},
         missing=rsyslog_missing,
         depends_on=("kafka", "logs-shipper", "twin"),
+        stop_timeout_s=NODE_RSYSLOG_STOP_TIMEOUT_S,
     ),
     Component(
         name="elastalert",

@@ -1,159 +1,19 @@
-"""One log stack per test session, started from the components' own declarations (prepare, command,
-env, ready) but held by the tests, so that a test can stop one server and start it again (the stack's
-supervisor would restart it at once): Kafka, OpenSearch, the rsyslog shipper and node side, the twin,
-Alertmanager with the Slack stand-in, and ElastAlert2."""
+"""One log stack per test session (logs_helpers.LogStack): Kafka, OpenSearch, the rsyslog shipper and
+node side, the twin, Alertmanager with the Slack stand-in, and ElastAlert2."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
+from logs_helpers import LOG_STACK, TEST_SCENARIO, LogStack, port_base, twin_command
 
-from fleetsight.components import Component, load_components
+from fleetsight.components import load_components
 from fleetsight.settings import Settings
-from support import free_port_base, wait_until
-
-# Start order: dependencies first (as the supervisor would).
-LOG_STACK = (
-    "kafka",
-    "opensearch",
-    "logs-shipper",
-    "slack-sink",
-    "alertmanager",
-    "twin",
-    "logs-node",
-    "elastalert",
-)
-STOP_DEADLINE_S = 15.0
-HERE = Path(__file__).resolve().parent
-TEST_SCENARIO = HERE / "logs_scenario.yaml"
-LOSS_SCENARIO = (
-    HERE / "loss_scenario.yaml"
-)  # rsyslogd can hang on SIGTERM inside librdkafka during a Kafka outage
-
-
-@dataclass
-class LogStack:
-    settings: Settings
-    components: dict[str, Component]
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
-
-    @property
-    def search_url(self) -> str:
-        return self.settings.url("opensearch")
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.settings.port('kafka')}"
-
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
-            "FLEETSIGHT_PORT_BASE": str(self.settings.port_base),
-        }
-
-    def start(self, name: str) -> None:
-        component = self.components[name]
-        reason = component.missing(self.settings)
-        if reason:
-            pytest.fail(f"{name} cannot run here: {reason}")
-        component.prepare(self.settings)
-        log = self.settings.log_file(name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            self.processes[name] = subprocess.Popen(
-                component.command(self.settings),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**self.env(), **component.env(self.settings)},
-                cwd=self.settings.repo_root,
-                start_new_session=True,
-            )
-        process = self.processes[name]
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                text = log.read_text(errors="replace")
-                errors = [line for line in text.splitlines() if "ERROR" in line or "Exception" in line]
-                tail = "\n".join(errors[:10]) + "\n...\n" + text[-1500:]
-                pytest.fail(f"{name} exited with {process.returncode} before it was ready:\n{tail}")
-            return component.ready(self.settings)
-
-        wait_until(ready, timeout=component.ready_timeout_s + 60, interval=0.5, what=f"{name} to be ready")
-
-    def stop(self, name: str, deadline_s: float = STOP_DEADLINE_S) -> float:
-        """SIGTERM (to OpenSearch's JVM itself, not runuser), then SIGKILL after the deadline; the
-        seconds it took."""
-        process = self.processes.pop(name)
-        began = time.monotonic()
-        targets = children(process.pid) if name == "opensearch" else []
-        for pid in targets or [process.pid]:
-            with _quiet():
-                os.kill(pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            with _quiet():
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        with _quiet():
-            os.killpg(process.pid, signal.SIGKILL)  # anything left in its group
-        return time.monotonic() - began
-
-    def stop_all(self) -> None:
-        for name in reversed(LOG_STACK):
-            if name in self.processes:
-                self.stop(name)
-
-    def count(self, index: str, query: dict | None = None) -> int:
-        httpx.post(f"{self.search_url}/{index}/_refresh", timeout=30)
-        body = {"query": query} if query else None
-        response = httpx.post(
-            f"{self.search_url}/{index}/_count?ignore_unavailable=true&allow_no_indices=true",
-            json=body,
-            timeout=30,
-        )
-        response.raise_for_status()
-        return response.json()["count"]
-
-
-class _quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type | None, value: object, traceback: object) -> bool:
-        return kind is not None and issubclass(kind, ProcessLookupError | PermissionError)
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(child) for child in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def twin_command(settings: Settings, scenario: Path, speed: str = "10") -> list[str]:
-    return [
-        sys.executable, "-m", "fleetsight.cli", "twin", "run", "--scenario", str(scenario),
-        "--out", str(settings.data_dir("twin")), "--speed", speed, "--serve",
-        "--listen", f"127.0.0.1:{settings.port('twin')}",
-    ]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -162,7 +22,7 @@ def log_stack() -> Iterator[LogStack]:
     base = Path(tempfile.mkdtemp(prefix="fleetsight-logs-test-"))
     base.chmod(0o755)
     run_dir = base / "run"
-    settings = Settings(run_dir=run_dir, port_base=free_port_base())
+    settings = Settings(run_dir=run_dir, port_base=port_base())
     components = load_components()
     # The twin runs a short scenario with one fault of each log-visible kind, ten times real time.
     components["twin"] = dataclasses.replace(

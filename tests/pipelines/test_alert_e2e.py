@@ -8,7 +8,8 @@ import json
 import time
 import uuid
 
-from conftest import LogStack
+from logs_helpers import LogStack
+
 from support import wait_until
 
 

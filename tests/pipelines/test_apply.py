@@ -8,8 +8,8 @@ import subprocess
 
 import httpx
 from confluent_kafka.admin import AdminClient, ConfigResource
+from logs_helpers import LogStack
 
-from conftest import LogStack
 from pipelines.apply import POLICIES_DIR, TEMPLATES
 from pipelines.logclasses import LOG_CLASSES, topic_specs
 from support import FLEETSIGHT, REPO_ROOT

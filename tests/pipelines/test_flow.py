@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 
 import httpx
+from logs_helpers import LogStack
 
-from conftest import LogStack
 from support import FLEETSIGHT, REPO_ROOT, wait_until
 
 # What the test scenario's faults make the twin write (tests/pipelines/logs_scenario.yaml).

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from logs_helpers import LogStack, shipper_docs
 from samples import GARBAGE, SAMPLES, Sample
 
-from conftest import LogStack
 from pipelines.logclasses import BY_NAME, LOG_CLASSES
 
 # Processors that Elasticsearch 8 and OpenSearch 2 both have (production runs Elasticsearch).
@@ -33,20 +33,7 @@ def dotted(document: dict[str, Any], key: str) -> Any:
 def simulate(stack: LogStack, log_class: str, lines: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """Run lines (text, file path) through the installed pipeline of the class, as the shipper sends them."""
     pipeline = BY_NAME[log_class].pipeline_id
-    docs = [
-        {
-            "_id": f"n0003:{path}:{offset}",
-            "_source": {
-                "@timestamp": "2026-11-22T08:00:00.123Z",
-                "message": line,
-                "host": {"name": "n0003"},
-                "log": {"file": {"path": path or f"/var/log/{log_class}.log"}, "offset": offset},
-                "event": {"id": f"n0003:{path}:{offset}"},
-                "fleetsight": {"cluster": "test"},
-            },
-        }
-        for offset, (line, path) in enumerate(lines)
-    ]
+    docs = shipper_docs(log_class, lines)
     response = httpx.post(
         f"{stack.search_url}/_ingest/pipeline/{pipeline}/_simulate", json={"docs": docs}, timeout=60
     )

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from logs_helpers import LogStack
 
-from conftest import LogStack
 from pipelines.apply import TEMPLATES_DIR
 from pipelines.elastalert import RULES_DIR, venv_bin
 from pipelines.kibana import SAVED_OBJECTS, saved_objects

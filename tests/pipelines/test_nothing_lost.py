@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 from confluent_kafka import Consumer, TopicPartition
+from logs_helpers import LOSS_SCENARIO, LogStack
 
-from conftest import LOSS_SCENARIO, LogStack
 from pipelines.logclasses import LOG_CLASSES
 from pipelines.rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS
 from support import FLEETSIGHT, REPO_ROOT, wait_until

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from fleetsight.components import load_components
 from pipelines.logclasses import LOG_CLASSES
-from pipelines.rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
+from pipelines.rsyslog_conf import (
+    KAFKA_CLOSE_TIMEOUT_MS,
+    NodeOptions,
+    ShipperOptions,
+    node_config,
+    shipper_config,
+)
 
 
 def validate(config: str, tmp_path: Path) -> None:
@@ -48,3 +55,10 @@ def test_shipper_config_is_valid(tmp_path: Path) -> None:
     for log_class in LOG_CLASSES:
         assert f'pipelineName="{log_class.pipeline_id}"' in config
     assert 'dynbulkid="on" bulkid="fleetsight_es_id"' in config
+
+
+def test_the_node_rsyslog_is_given_time_to_stop_cleanly() -> None:
+    """The supervisor waits past omkafka's closeTimeout before it SIGKILLs the node rsyslog: a kill
+    while librdkafka drains (Kafka down) could lose lines imfile already marked as read."""
+    node = load_components()["logs-node"]
+    assert node.stop_timeout_s >= KAFKA_CLOSE_TIMEOUT_MS / 1000 + 5

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 
 import httpx
+from logs_helpers import LogStack
 
-from conftest import LogStack
 from fleetsight import xid_catalog
 from pipelines.logclasses import BY_NAME
 from pipelines.xid_lookup import catalog_params, embedded_params
