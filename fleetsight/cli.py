@@ -263,12 +263,18 @@ def status() -> None:
 
 
 @main.command()
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds before stragglers are killed.")
-def down(timeout: float) -> None:
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="Seconds before a hung supervisor is killed (default: the components' stop timeouts + 15 s).",
+)
+def down(timeout: float | None) -> None:
     """Stop every component of the stack cleanly, leaving no process behind.
 
-    Each component gets SIGTERM (its whole process group), then SIGKILL after 10 s; if the supervisor
-    itself was killed, the components it had started are found from the run folder's state.
+    Each component gets SIGTERM (its whole process group), then SIGKILL after its stop timeout (10 s;
+    30 s for the node rsyslog, which may be handing records to Kafka); if the supervisor itself was
+    killed, the components it had started are found from the run folder's state.
 
     \b
     Examples:

@@ -37,6 +37,9 @@ class Component:
     scrape_configs: Callable[[Settings], list[dict[str, Any]]] = lambda s: []
     """Prometheus scrape_configs this component wants; Prometheus gathers them from every component."""
     ready_timeout_s: float = 60.0
+    stop_timeout_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL (of its process group) when it is stopped: longer for a
+    component whose clean shutdown can take longer (a kill can lose what it had not yet saved)."""
     default: bool = True
     """Whether ``fleetsight up`` starts it when no component is named."""
     extra: dict[str, Any] = field(default_factory=dict)

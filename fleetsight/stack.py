@@ -135,9 +135,19 @@ def status(settings: Settings) -> tuple[bool, list[Row]]:
     return running, rows
 
 
-def down(settings: Settings, timeout_s: float = 60.0) -> list[str]:
+def down_timeout(settings: Settings) -> float:
+    """How long the supervisor may take to stop: it stops the components one after another, each
+    within its own stop timeout, so the worst case is their sum (plus a margin for itself)."""
+    components = load_components()
+    names = [row.name for row in rows_from_state(settings)] or list(components)
+    return 15.0 + sum(components[n].stop_timeout_s for n in names if n in components)
+
+
+def down(settings: Settings, timeout_s: float | None = None) -> list[str]:
     """Stop the supervisor and every component; returns what was stopped the hard way."""
     notes: list[str] = []
+    if timeout_s is None:
+        timeout_s = down_timeout(settings)
     pid = supervisor_pid(settings)
     if pid:
         os.kill(pid, signal.SIGTERM)

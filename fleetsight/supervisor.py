@@ -22,7 +22,6 @@ from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.procs import kill_group, terminate_group
 from fleetsight.settings import Settings
 
-STOP_GRACE_S = 10.0
 RESTART_BACKOFF_MAX_S = 30.0
 POLL_S = 0.5
 
@@ -64,6 +63,7 @@ class Supervisor:
     def __init__(self, settings: Settings, components: list[Component]) -> None:
         self.settings = settings
         self.components = components
+        self.by_name = {c.name: c for c in components}
         self.states = {c.name: ComponentState(c.name) for c in components}
         self.processes: dict[str, subprocess.Popen] = {}
         self.next_restart: dict[str, float] = {}
@@ -140,10 +140,11 @@ class Supervisor:
         if process is None or process.poll() is not None:
             return
         terminate_group(process.pid)
+        timeout_s = self.by_name[name].stop_timeout_s
         try:
-            process.wait(timeout=STOP_GRACE_S)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            log_event("kill", component=name, pid=process.pid)
+            log_event("kill", component=name, pid=process.pid, after_s=timeout_s)
             kill_group(process.pid)
             process.wait(timeout=5)
         # Anything left in its group (a child that ignored SIGTERM) goes too.

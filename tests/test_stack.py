@@ -161,3 +161,53 @@ def test_failures_are_reported_per_component_and_the_rest_still_runs(
     assert states["not-installed"]["status"] == "skipped"
     assert states["slack-sink"]["status"] == "ready"
     assert httpx.get(stack_env.url("slack_sink", "/")).status_code == 200
+
+
+SLOW_STOPPING_COMPONENTS = textwrap.dedent(
+    """
+    import sys
+    from fleetsight.components import Component
+
+    # Takes 13 s to exit on SIGTERM (as rsyslogd can, waiting for librdkafka), then notes that it did.
+    CHILD = '''
+    import pathlib, signal, sys, time
+    folder, name = pathlib.Path(sys.argv[1]), sys.argv[2]
+    def on_term(signum, frame):
+        time.sleep(13)  # the slow shutdown under test, not a synchronisation
+        (folder / f"{name}.clean").write_text("exited after SIGTERM")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    (folder / f"{name}.ready").write_text("handler installed")
+    while True:
+        time.sleep(1)
+    '''
+
+    def slow(name, **options):
+        return Component(
+            name=name,
+            description="takes 13 s to exit on SIGTERM",
+            command=lambda s: [sys.executable, "-c", CHILD, str(s.run_dir), name],
+            ready=lambda s: (s.run_dir / f"{name}.ready").exists(),
+            default=False,
+            **options,
+        )
+
+    COMPONENTS = [slow("slow-with-time", stop_timeout_s=25.0), slow("slow-default")]
+    """
+)
+
+
+def test_a_component_gets_its_own_stop_timeout_before_sigkill(stack_env: StackEnv, tmp_path: Path) -> None:
+    (tmp_path / "slow_components").mkdir()
+    (tmp_path / "slow_components" / "component.py").write_text(SLOW_STOPPING_COMPONENTS)
+    stack_env.env["FLEETSIGHT_COMPONENT_PATH"] = str(tmp_path)
+    stack_env.cli("up", "slow-with-time", "slow-default")
+
+    stack_env.cli("down")
+    log = (stack_env.run_dir / "logs" / "supervisor.log").read_text()
+    # Given 25 s, it finishes its 13-s shutdown; the other keeps the default 10 s and is killed.
+    assert (stack_env.run_dir / "slow-with-time.clean").exists(), log
+    assert "event=kill component=slow-with-time" not in log
+    assert "event=stopped component=slow-with-time code=0" in log
+    assert not (stack_env.run_dir / "slow-default.clean").exists()
+    assert "event=kill component=slow-default" in log and "after_s=10.0" in log
