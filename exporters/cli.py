@@ -340,8 +340,10 @@ def node_options(options: dict[str, Any]) -> NodeOptions:
         kernel_log_format=options["kernel_log_format"],
         deadline_s=options["deadline"],
         collectors=tuple(options["collectors"]) or COLLECTORS,
-        # Named explicitly, Lustre is expected here: a host without it is then a failure, not a quiet no.
+        # Named explicitly, Lustre or IB is expected here: a host without it is then a failure, not a
+        # quiet no.
         lustre_required="lustre" in (options["collectors"] or ()) or bool(options["lctl"]),
+        infiniband_required="infiniband" in (options["collectors"] or ()),
     )
 
 

@@ -94,9 +94,13 @@ def parse_counter(text: str | None) -> int | None:
 class InfinibandSource(Source):
     name = "infiniband"
 
-    def __init__(self, sysfs_root: str, rescan_s: float = 60.0) -> None:
+    def __init__(self, sysfs_root: str, rescan_s: float = 60.0, required: bool = False) -> None:
         self.class_dir = os.path.join(sysfs_root, "class", "infiniband")
         self.rescan_s = rescan_s
+        # Enabled by default on every node, so a host without RDMA devices (no IB or RoCE HCA, no
+        # driver loaded) must not read as a failing collector (ExporterDown); when asked for by name
+        # it must.
+        self.required = required
         # (device, port, port dir, counters, hw counters), rescanned once a minute; a counter is
         # (file path, metric name, multiplier, help).
         self._ports: list[tuple[str, str, str, list[Counter], list[Counter]]] = []
@@ -134,7 +138,8 @@ class InfinibandSource(Source):
         now = time.monotonic()
         if now - self._scanned_at > self.rescan_s or not self._ports:
             if not os.path.isdir(self.class_dir):
-                problems.add("sysfs", f"{self.class_dir} is missing")
+                if self.required:
+                    problems.add("sysfs", f"{self.class_dir} is missing")
                 return []
             self._scan()
             self._scanned_at = now

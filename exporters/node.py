@@ -56,6 +56,7 @@ class NodeOptions:
     lctl: str | None = None
     lustre_jobstats: bool = False
     lustre_required: bool = False  # False: a host without a Lustre client exports no Lustre series, quietly
+    infiniband_required: bool = False  # False: a host without /sys/class/infiniband: no IB series, quietly
     pcie_bandwidth_file: str | None = None
     pcie_probe: str = "auto"  # auto (file if given), file, cuda, off
     pcie_probe_interval_s: float = 3600.0
@@ -102,7 +103,7 @@ def build_sources(opts: NodeOptions) -> list[Source]:
     if "pcie" in wanted:
         sources.append(PcieSource(opts.sysfs_root, gpu_map))
     if "infiniband" in wanted:
-        sources.append(InfinibandSource(opts.sysfs_root))
+        sources.append(InfinibandSource(opts.sysfs_root, required=opts.infiniband_required))
     if "xid" in wanted:
         state_file = os.path.join(opts.state_dir, f"xid-{opts.node}.json") if opts.state_dir else None
         sources.append(

@@ -70,6 +70,16 @@ def test_once_prints_one_scrape(node_tree):
         assert value(text, "fleetsight_collector_success", collector=collector) == 1, collector
 
 
+def test_naming_infiniband_makes_a_host_without_it_a_failure(tmp_path):
+    """Left to its default, the IB collector is quiet on a host without /sys/class/infiniband (RoCE or
+    Ethernet clusters); `--collector infiniband` says IB is expected, so its absence is a failure."""
+    common = ["node", "--once", "--no-state", "--node", "n0007", "--no-nvml", "--sysfs-root", str(tmp_path)]
+    quiet, named = run(*common), run(*common, "--collector", "infiniband")
+    assert quiet.returncode == 0 and named.returncode == 0, quiet.stderr + named.stderr
+    assert value(quiet.stdout, "fleetsight_collector_success", collector="infiniband") == 1
+    assert value(named.stdout, "fleetsight_collector_success", collector="infiniband") == 0
+
+
 def test_config_file_sets_defaults_and_flags_win(node_tree, tmp_path):
     config = tmp_path / "agent.yaml"
     config.write_text(

@@ -132,6 +132,7 @@ def test_garbage_in_sysfs_is_skipped_and_a_missing_tree_is_reported_then_recover
             procfs_root=str(empty / "proc"),
             kmsg_file=str(empty / "kern.log"),
             nvml=False,
+            infiniband_required=True,  # (else quiet, as Lustre: below)
         )
     )
     text = scrape(agent)
@@ -280,6 +281,26 @@ def test_a_host_without_lustre_is_quiet_unless_lustre_was_asked_for(tmp_path):
     assert not [name for name in names(text) if name.startswith("fleetsight_lustre_")]
     text = scrape(agent_for(paths, collectors=("lustre",), lustre_required=True))
     assert value(text, "fleetsight_collector_success", collector="lustre") == 0
+
+
+def test_a_host_without_infiniband_is_quiet_unless_infiniband_was_asked_for(node, tmp_path):
+    paths = {"sys": tmp_path / "sys", "proc": tmp_path / "proc", "kern_log": tmp_path / "kern.log"}
+    # On by default everywhere: a RoCE or Ethernet cluster's nodes without /sys/class/infiniband must
+    # not read as a failing collector.
+    text = scrape(agent_for(paths))
+    assert value(text, "fleetsight_collector_success", collector="infiniband") == 1
+    assert value(text, "fleetsight_collector_errors_total", collector="infiniband", source="sysfs") is None
+    assert not [name for name in names(text) if name.startswith("fleetsight_infiniband_")]
+    agent = agent_for(paths, collectors=("infiniband",), infiniband_required=True)
+    text = scrape(agent)
+    assert value(text, "fleetsight_collector_success", collector="infiniband") == 0
+    assert value(text, "fleetsight_collector_errors_total", collector="infiniband", source="sysfs") == 1
+    # The HCA's driver loads later: its ports appear, without a restart.
+    shutil.copytree(node["sys"], paths["sys"], symlinks=True)
+    text = scrape(agent)
+    assert value(text, "fleetsight_collector_success", collector="infiniband") == 1
+    assert value(text, "fleetsight_infiniband_port_up", device="mlx5_0", port="1") == 1
+    agent.close()
 
 
 def test_lustre_from_lctl_get_param(tmp_path):
