@@ -4,9 +4,8 @@ serves /metrics (scraped as job "anomaly", which the StragglerNode alert reads) 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from fleetsight.components import Component, http_ok
+from fleetsight.components import Component, http_ok, scrape_own_port
 from fleetsight.settings import Settings
 
 
@@ -26,17 +25,6 @@ def command(settings: Settings) -> list[str]:
     ]
 
 
-def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
-    return [
-        {
-            "job_name": "anomaly",
-            "scrape_interval": "15s",
-            "scrape_timeout": "10s",
-            "static_configs": [{"targets": [f"{settings.host}:{settings.port('anomaly')}"]}],
-        }
-    ]
-
-
 COMPONENTS = [
     Component(
         name="anomaly",
@@ -48,7 +36,7 @@ COMPONENTS = [
             "api docs": s.url("anomaly", "/docs"),
             "metrics": s.url("anomaly", "/metrics"),
         },
-        scrape_configs=scrape_configs,
+        scrape_configs=scrape_own_port("anomaly", "anomaly"),
         ready_timeout_s=60.0,
     ),
 ]

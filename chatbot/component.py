@@ -5,9 +5,8 @@ when they are not running)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from fleetsight.components import Component, http_ok
+from fleetsight.components import Component, http_ok, scrape_own_port
 from fleetsight.settings import Settings
 
 
@@ -38,17 +37,6 @@ def command(settings: Settings) -> list[str]:
     return [*args, "--public-url", settings.url("chatbot")]
 
 
-def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
-    """Its /metrics under the job name production uses (metrics/prometheus.yml: fleetsight-chatbot)."""
-    return [
-        {
-            "job_name": "fleetsight-chatbot",
-            "scrape_interval": "15s",
-            "static_configs": [{"targets": [f"{settings.host}:{settings.port('chatbot')}"]}],
-        }
-    ]
-
-
 COMPONENTS = [
     Component(
         name="chatbot",
@@ -56,7 +44,7 @@ COMPONENTS = [
         command=command,
         ready=lambda s: http_ok(s.url("chatbot", "/healthz")),
         urls=lambda s: {"chat": s.url("chatbot", "/"), "api docs": s.url("chatbot", "/docs")},
-        scrape_configs=scrape_configs,
+        scrape_configs=scrape_own_port("fleetsight-chatbot", "chatbot"),
         ready_timeout_s=30.0,
     ),
 ]

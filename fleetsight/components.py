@@ -82,6 +82,18 @@ def resolve_order(components: dict[str, Component], wanted: list[str]) -> list[C
 # Helpers that declarations share.
 
 
+def scrape_own_port(
+    job_name: str, port_name: str, interval: str = "15s"
+) -> Callable[[Settings], list[dict[str, Any]]]:
+    """The scrape_configs of a service that serves its own /metrics on its declared port."""
+
+    def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
+        targets = [f"{settings.host}:{settings.port(port_name)}"]
+        return [{"job_name": job_name, "scrape_interval": interval, "static_configs": [{"targets": targets}]}]
+
+    return scrape_configs
+
+
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     """True when GET url answers 2xx."""
     try:

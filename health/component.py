@@ -4,9 +4,8 @@ twin's slurmrestd-style jobs endpoint), and Prometheus scrapes its ``fleetsight_
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from fleetsight.components import Component, http_ok
+from fleetsight.components import Component, http_ok, scrape_own_port
 from fleetsight.settings import Settings
 from fleetsight.setup import apt_step
 
@@ -33,16 +32,6 @@ def command(settings: Settings) -> list[str]:
     ]
 
 
-def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
-    return [
-        {
-            "job_name": "fleetsight-health",
-            "scrape_interval": "15s",
-            "static_configs": [{"targets": [f"127.0.0.1:{settings.port('health')}"]}],
-        }
-    ]
-
-
 COMPONENTS = [
     Component(
         name="health",
@@ -50,7 +39,7 @@ COMPONENTS = [
         command=command,
         ready=lambda s: http_ok(s.url("health", "/-/ready")),
         urls=lambda s: {"api": s.url("health", "/v1/nodes"), "docs": s.url("health", "/docs")},
-        scrape_configs=scrape_configs,
+        scrape_configs=scrape_own_port("fleetsight-health", "health"),
         depends_on=("alertmanager", "alertmanager-b"),
         ready_timeout_s=30.0,
     ),
