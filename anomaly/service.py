@@ -93,7 +93,7 @@ class AnomalyService:
         except SourceError as exc:
             with self.lock:
                 self.cycle_errors += 1
-                if self.source_up is not False:
+                if self.source_up is not False or self.source_error != str(exc):  # new or changed
                     log.warning(json.dumps({"event": "source_down", "error": str(exc)}))
                 self.source_up = False
                 self.source_error = str(exc)

@@ -26,6 +26,10 @@ from .window import (
 NODE_LABELS = ("node", "Hostname", "hostname")
 
 
+# The InfiniBand counters whose increase says a node's link is in trouble (the node agent's names).
+IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery")
+
+
 class SourceError(RuntimeError):
     """The source did not answer, or answered something that is not a PromQL result."""
 
@@ -58,11 +62,15 @@ class Queries:
 
     def node_fields(self) -> dict[str, str]:
         w = self.window
-        errors = (
-            '{__name__=~"fleetsight_infiniband_port_(symbol_error|link_downed|link_error_recovery)_total"}'
+        # One sum per counter, then added: increase() over a {__name__=~...} selector drops the names,
+        # and a port's three counters then share one label set, which Prometheus 2.x refuses
+        # ("vector cannot contain metrics with the same labelset") for the whole query.
+        errors = " + ".join(
+            f"sum by (node) (increase(fleetsight_infiniband_port_{counter}_total[{w}]))"
+            for counter in IB_ERROR_COUNTERS
         )
         return {
-            "ib_errors": f"sum by (node) (increase({errors}[{w}]))",
+            "ib_errors": errors,
             "ib_xmit_wait": f"sum by (node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))",
         }
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
+from anomaly_helpers import start_prometheus, stop
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetsight.settings import REPO_ROOT
@@ -23,22 +23,6 @@ from support import FLEETSIGHT, free_port, wait_until
 
 # Five nodes, one four-node job; a PSU of n0002 fails at 3 min for 6 min (a 3x slower job).
 SCENARIO = Path(__file__).resolve().parent / "psu_live.yaml"
-
-
-def start_prometheus(tmp: Path, port: int, scrape_configs: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
-    tmp.mkdir(parents=True, exist_ok=True)
-    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": scrape_configs}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    return subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def serve_anomaly(
@@ -62,16 +46,6 @@ def serve_anomaly(
     if slurm_url:
         args += ["--slurm-url", slurm_url]
     return subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-
-
-def stop(*processes: subprocess.Popen[bytes] | None) -> None:
-    for process in processes:
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 def get_json(url: str) -> Any:
