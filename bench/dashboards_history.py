@@ -6,7 +6,10 @@ detector run offline, each query as a range query over the span. Prints per pane
 data, why not when it does not, and the wall time of each stage.
 
     .venv/bin/python bench/dashboards_history.py                        # 6 h of mixed_day, agents every 60 s
-    .venv/bin/python bench/dashboards_history.py --duration 24h --agent-step 120s
+    .venv/bin/python bench/dashboards_history.py --duration 24h --agent-step 120s --report /tmp/day
+
+With --report DIR it also runs `fleetsight report` over the span on the same Prometheus (DIR/report.html,
+DIR/report.json) and prints its KPIs next to the twin's truth (dashboards/report_truth.py).
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import yaml  # noqa: E402
+
 from dashboards.history import check_history  # noqa: E402 - after the path is set
+from dashboards.report_truth import report_against_truth  # noqa: E402
 
 
 def main() -> None:
@@ -33,7 +39,14 @@ def main() -> None:
     parser.add_argument(
         "--no-stragglers", action="store_true", help="skip the offline straggler detector's flags"
     )
+    parser.add_argument("--report", type=Path, default=None, help="also the report, against the truth")
     args = parser.parse_args()
+    compared: list[str] = []
+
+    def report(url: str, start: float, end: float, truth: Path) -> None:
+        nodes = yaml.safe_load(Path(args.scenario).read_text())["cluster"]["nodes"]
+        compared.append(report_against_truth(url, start, end, truth, nodes, args.report))
+
     started = time.monotonic()
     last = [started]
 
@@ -43,8 +56,9 @@ def main() -> None:
         last[0] = now
 
     check = check_history(
-        Path(args.scenario), args.duration, args.agent_step, args.work, stage, not args.no_stragglers
-    )
+        Path(args.scenario), args.duration, args.agent_step, args.work, stage, not args.no_stragglers,
+        also=report if args.report else None,
+    )  # fmt: skip
     stage("done")
     panels: dict[tuple[str, str], list[int]] = {}
     for result in check.results:
@@ -64,6 +78,8 @@ def main() -> None:
         "written; "
         f"{time.monotonic() - started:.0f} s"
     )
+    if compared:
+        print(f"\nThe report ({args.report}) against the twin's truth:\n{compared[0]}")
 
 
 if __name__ == "__main__":

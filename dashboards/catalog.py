@@ -517,10 +517,13 @@ FLEET_KPIS = Dashboard(
                 Panel(
                     "Availability (share of node-hours fit for work)",
                     "stat",
+                    # Sampled every $__interval, Grafana's resolution for the range: a fixed 5 m step
+                    # left a fresh stack's panel empty for up to 5 minutes and a 15-minute range with
+                    # three samples.
                     (
                         q(
                             'avg_over_time((count(fleetsight_node_health_state{state=~"healthy|degraded"} == 1) '
-                            "/ count(count by (node) (fleetsight_node_health_state)))[$__range:5m])",
+                            "/ count(count by (node) (fleetsight_node_health_state)))[$__range:$__interval])",
                             instant=True,
                         ),
                     ),

@@ -137,12 +137,22 @@ def resolve_variables(client: httpx.Client, start: float, end: float) -> dict[st
     return values
 
 
-def run_range_queries(url: str, start: float, end: float) -> tuple[dict[str, str], list[PanelResult]]:
+def rate_interval(scrape_s: float) -> str:
+    """Grafana's $__rate_interval for a range query of RANGE_STEP_S: max($__interval + scrape
+    interval, 4 x scrape interval), the scrape interval being the sparsest source's (the node
+    agents' --agent-step in a backfill), so that a rate over it holds the samples it would live."""
+    return f"{max(RANGE_STEP_S + scrape_s, 4 * scrape_s):.0f}s"
+
+
+def run_range_queries(
+    url: str, start: float, end: float, scrape_s: float = 5.0
+) -> tuple[dict[str, str], list[PanelResult]]:
     results = []
     with httpx.Client(base_url=url, timeout=120) as client:
         variables = resolve_variables(client, start, end)
+        grafana = {**variables, "__interval": f"{RANGE_STEP_S}s", "__rate_interval": rate_interval(scrape_s)}
         for spec, panel, query in panel_queries():
-            expr = substitute(query.expr, variables, int(end - start))
+            expr = substitute(query.expr, grafana, int(end - start))
             answer = client.post(
                 "/api/v1/query_range",
                 data={"query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": RANGE_STEP_S},
@@ -163,10 +173,12 @@ def check_history(
     work_root: Path | None = None,
     progress: Callable[[str], None] = lambda _stage: None,
     stragglers: bool = True,
+    also: Callable[[str, float, float, Path], None] | None = None,
 ) -> HistoryCheck:
     """Backfill the scenario (its first DURATION), serve it, record what the panels and the alerts
     read, write the alerts that fired (and, with `stragglers` and the anomaly extra, the detector's
-    flags), query the panels."""
+    flags), query the panels. `also(prometheus_url, start, end, truth_file)` runs on the same
+    Prometheus afterwards (the bench's report against the truth), before the blocks are deleted."""
     evaluate: Any = import_component("rules", "evaluate")
     ruleset: Any = import_component("rules", "ruleset")
     span = evaluate.scenario_span(scenario, None, duration)
@@ -198,7 +210,10 @@ def check_history(
         evaluate.add_alert_blocks(episodes, alert_rules, span, step, blocks, work)
         progress("queries")
         with evaluate.prometheus(blocks, log) as url:
-            variables, results = run_range_queries(url, begin, end)
+            variables, results = run_range_queries(url, begin, end, ruleset.parse_duration(agent_step))
+            if also is not None:
+                progress("also")
+                also(url, begin, end, blocks.with_name(blocks.name + ".truth.jsonl"))
     return HistoryCheck(
         span.name,
         evaluate.unix_to_iso(begin),

@@ -4,9 +4,10 @@ Failures are read from what dcgm-exporter publishes on every cluster, node by no
 minute: a GPU that reports an Xid (classified with the shared Xid catalogue) or vanishes, a power
 brake (throttle bit 128), thermal throttling (bits 32 and 64), HBM rows waiting for a remap, and a
 node whose GPUs all vanish (the host is down). Where the node agent's series exist, network (IB
-ports down) and storage (Lustre RPC waits far above normal) failures are added; otherwise the report
-says they were not measured. An episode is a run of consecutive minutes in one state; the node is
-unfit for work during it.
+ports down), storage (Lustre RPC waits far above normal) and NVSwitch (a fatal SXid, until the
+node reboots) failures are added; otherwise the report says network and storage were not
+measured. An episode is a run of consecutive minutes in one state; the node is unfit for work
+during it.
 """
 
 from __future__ import annotations
@@ -35,11 +36,18 @@ SIGNALS: dict[str, str] = {
     " + floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 64) % 2) > bool 0)",
     "row_remap": "max by (node) (DCGM_FI_DEV_ROW_REMAP_PENDING > bool 0)",
     # One count per GPU: with hpc_job on the series, a job change briefly shows two series per GPU.
-    "present": "count by (node) (count by (node, gpu) (DCGM_FI_DEV_POWER_USAGE))",
+    # Samples of the last minute, not the latest one: a series that stops without a staleness marker
+    # (backfilled history, a Thanos store) would otherwise live on for the 5-minute lookback, and a
+    # crashed host would show up 5 minutes late and 5 minutes short.
+    "present": "count by (node) (count by (node, gpu) (count_over_time(DCGM_FI_DEV_POWER_USAGE[1m])))",
     "network": "max by (node) (fleetsight_infiniband_port_up == bool 0)",
     "storage": "max by (node) (rate(fleetsight_lustre_client_rpc_wait_seconds_total[5m])"
     " / rate(fleetsight_lustre_client_rpc_requests_total[5m]) > bool 1)",
 }
+# An NVSwitch fatal SXid (node agent, from the kernel log) leaves the node's NVLink fabric down until
+# the node reboots; the reboot shows as its IB counters starting again from zero.
+NVSWITCH_FATAL = 'max by (node) (fleetsight_nvswitch_sxid_errors_total{severity="fatal"})'
+REBOOTS = "max by (node) (resets(fleetsight_infiniband_port_xmit_data_bytes_total[2m]))"
 SERIES = {
     "utilization": "avg(DCGM_FI_DEV_GPU_UTIL) / 100",
     "power_watts": "sum(DCGM_FI_DEV_POWER_USAGE)",
@@ -180,11 +188,38 @@ def measure(prom: Prometheus, start: float, end: float) -> Period:
                 state = classify(signal, value)
                 if state and node in states and states[node].get(minute) is None:
                     states[node][minute] = state
+    for node, down in nvswitch_down(prom, start, end).items():
+        for minute in down:
+            if minute in states.get(node, {}) and states[node][minute] is None:
+                states[node][minute] = ("gpu", "NVSwitch fatal SXid (until reboot)")
     period.episodes = episodes_of(states)
     period.node_hours = len(states) * len(minutes) * STEP_S / 3600
     period.unfit_node_hours = sum(e.hours for e in period.episodes)
     add_usage(prom, period)
     return period
+
+
+def nvswitch_down(prom: Prometheus, start: float, end: float) -> dict[str, list[float]]:
+    """node -> minutes from a fatal SXid to the node's next reboot. The counter appears with its
+    first event: a series there from the period's first minute is an older event, not counted."""
+    fatal = node_minutes(prom, NVSWITCH_FATAL, start, end)
+    reboots = node_minutes(prom, REBOOTS, start, end) if fatal else {}
+    down: dict[str, list[float]] = {}
+    for node, values in fatal.items():
+        previous: float | None = None
+        failing = False
+        for minute in sorted(values):
+            value = values[minute]
+            # Before its first sample the counter was 0, unless it was already there when the period began.
+            before = previous if previous is not None else (value if minute <= start else 0.0)
+            if value > before:
+                failing = True
+            elif failing and reboots.get(node, {}).get(minute, 0) > 0:
+                failing = False
+            if failing:
+                down.setdefault(node, []).append(minute)
+            previous = value
+    return down
 
 
 def add_usage(prom: Prometheus, period: Period) -> None:
@@ -355,8 +390,11 @@ def plots(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
                 buckets[index] += STEP_S / 3600
                 t += STEP_S
         nodes_count = period.node_hours / hours if hours else 1
-        axis.plot(range(hours), [1 - b / nodes_count for b in buckets], color="#2f855a", marker=".")
-        axis.set_ylim(0, 1.02)
+        shares = [1 - b / nodes_count for b in buckets]
+        axis.plot(range(hours), shares, color="#2f855a", marker=".")
+        # Zoomed to the dips: on a 0..1 axis a fleet at 99.7 % is a flat line.
+        axis.set_ylim(max(0.0, min(shares) - 0.01), 1.002)
+        axis.yaxis.set_major_formatter(lambda value, _pos: f"{100 * value:.1f} %")
         axis.set_xlabel("hour of the period")
         axis.set_ylabel("availability")
         axis.grid(alpha=0.3)

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +16,14 @@ import pytest
 import yaml
 
 from browser import console_errors, headless_chromium
+from dashboards import report_truth
 from fleetsight.components import http_ok
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT, free_port, wait_until
 
 SCENARIO = Path(__file__).with_name("report_scenario.yaml")
+# An NVSwitch fatal error and a slow OST, with the node agents: what only their series show.
+AGENT_SCENARIO = Path(__file__).with_name("report_agents_scenario.yaml")
 CATEGORY = {"psu_failure": "power", "xid": "gpu", "hbm_row_remap": "gpu", "host_crash": "host",
             "thermal_throttle": "gpu"}  # fmt: skip
 SLACK_SINK = REPO_ROOT / "alerting" / "slack_sink.py"
@@ -32,21 +36,19 @@ class History:
     end: float
     faults: list[dict]
     nodes: int
+    truth: Path
 
 
 def seconds(value: str) -> int:
     return int(value[:-1]) * {"s": 1, "m": 60, "h": 3600}[value[-1]]
 
 
-@pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+@contextmanager
+def served_backfill(scenario_path: Path, folder: Path, *options: str) -> Iterator[History]:
     """The scenario backfilled so that it ends now, in a real Prometheus."""
-    folder = tmp_path_factory.mktemp("report")
-    scenario = yaml.safe_load(SCENARIO.read_text())
+    scenario = yaml.safe_load(scenario_path.read_text())
     end = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
-    # dcgm-exporter's series only: the report's GPU, power and host figures read those, and running
-    # the node agents over 3 hours of 12 nodes would cost minutes of CI.
-    backfill = ["twin", "backfill", "--scenario", str(SCENARIO), "--out", str(folder / "tsdb"), "--no-agents"]
+    backfill = ["twin", "backfill", "--scenario", str(scenario_path), "--out", str(folder / "tsdb"), *options]
     subprocess.run(
         [*FLEETSIGHT, *backfill, "--end", end.isoformat()], check=True, capture_output=True, timeout=600
     )
@@ -62,11 +64,20 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         wait_until(lambda: http_ok(f"{url}/-/ready"), what="Prometheus on the backfill")
         span = seconds(scenario["duration"])
         yield History(
-            url, end.timestamp() - span, end.timestamp(), scenario["faults"], scenario["cluster"]["nodes"]
-        )
+            url, end.timestamp() - span, end.timestamp(), scenario["faults"], scenario["cluster"]["nodes"],
+            folder / "tsdb.truth.jsonl",
+        )  # fmt: skip
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    # dcgm-exporter's series only: the report's GPU, power and host figures read those, and running
+    # the node agents over 3 hours of 12 nodes would cost minutes of CI.
+    with served_backfill(SCENARIO, tmp_path_factory.mktemp("report"), "--no-agents") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +126,41 @@ def test_kpis_match_the_injected_truth(report: dict, history: History) -> None:
     assert 0 < figure(report, "gpu_utilization") <= 1 and figure(report, "energy_kwh") > 0
     # No history before the scenario: no trend is invented.
     assert all(f["trend"] == "no earlier period to compare" for f in report["figures"])
+
+
+def test_the_truth_comparison_agrees(report: dict, history: History) -> None:
+    """The scorer that puts the report's KPIs next to the twin's truth (docs/dashboards.md quotes it
+    on the mixed day) on this scenario: every KPI within its tolerance, each failure found within
+    3 minutes of its onset (a crashed host too, not only after Prometheus's 5-minute lookback),
+    nothing invented."""
+    truth = report_truth.truth_figures(
+        report_truth.load_lines(history.truth), history.start, history.end, history.nodes
+    )
+    assert truth["failures"] == len(history.faults)
+    rows = report_truth.comparison(report, truth)
+    assert all(ok for *_, ok in rows), report_truth.table(rows)
+    assert report_truth.unmatched(report, truth, slack_s=180) == {"missed": [], "extra": []}
+
+
+def test_an_nvswitch_fatal_error_is_a_gpu_failure_until_the_reboot(tmp_path: Path) -> None:
+    """The fatal SXid leaves no dcgm-exporter signal: the node agent's counter opens the episode, the
+    reboot (IB counters from zero) closes it. A 20x slower OST is a slowdown, not a failure."""
+    with served_backfill(AGENT_SCENARIO, tmp_path, "--agent-step", "60s") as served:
+        out = tmp_path / "out"
+        result = subprocess.run(
+            [*FLEETSIGHT, "report", "--prometheus", served.prometheus, "--out", str(out),
+             "--from", iso(served.start), "--to", iso(served.end)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        data = json.loads((out / "report.json").read_text())
+    fault = next(f for f in served.faults if f["kind"] == "nvswitch_fatal")
+    onset = served.start + seconds(fault["onset"])
+    (episode,) = data["episodes"]
+    assert (episode["node"], episode["category"]) == (fault["target"]["node"], "gpu")
+    assert "NVSwitch" in episode["detail"] and abs(episode["start"] - onset) <= 3 * 60
+    assert abs(episode["end"] - episode["start"] - seconds(fault["duration"])) <= 3 * 60
+    assert data["failures_by_category"]["storage"] == 0
 
 
 def test_the_html_renders_in_chromium_without_errors(report: dict) -> None:
