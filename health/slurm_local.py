@@ -8,8 +8,10 @@ What it took (Debian 12, Slurm 22.05): see docs/health.md, "A real Slurm on one 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -49,6 +51,7 @@ class LocalSlurm:
         self.ctld_port = ctld_port
         self.cluster = cluster
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.named: dict[str, subprocess.Popen[bytes]] = {}
         self.conf = self.folder / "slurm.conf"
         self.munge_socket = self.folder / "munge" / "munge.sock"
         self.rest_socket = self.folder / "rest" / "slurmrestd.sock"
@@ -107,11 +110,33 @@ class LocalSlurm:
     # ------------------------------------------------------------------------------ processes
     def _spawn(self, name: str, command: list[str]) -> None:
         log = (self.folder / "log" / f"{name}.out").open("ab")
-        self.processes.append(
-            subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
-            )
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
         )
+        self.processes.append(process)
+        self.named[name] = process
+
+    def hang(self, node: str) -> None:
+        """Freeze a node's slurmd (SIGSTOP), as a hung host's: slurmctld marks it NOT_RESPONDING at its
+        next ping and DOWN after SlurmdTimeout."""
+        os.killpg(self.named[f"slurmd-{node}"].pid, signal.SIGSTOP)
+
+    def unhang(self, node: str) -> None:
+        """Thaw it. (Slurm 22.05 does not ping a DOWN node: it stays DOWN until its slurmd registers.)"""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.named[f"slurmd-{node}"].pid, signal.SIGCONT)
+
+    def reboot(self, node: str) -> None:
+        """Kill a node's slurmd, frozen or not, and start a new one: it registers with slurmctld as after
+        a host's reboot (with ReturnToService=2, a DOWN node returns to service then)."""
+        old = self.named[f"slurmd-{node}"]
+        kill_group(old.pid)
+        old.wait(timeout=10)
+        self.processes.remove(old)
+        self._spawn(f"slurmd-{node}", self._slurmd(node))
+
+    def _slurmd(self, node: str) -> list[str]:
+        return ["slurmd", "-D", "-N", node, "-f", str(self.conf)]
 
     def start(self, timeout: float = 30.0) -> None:
         self.write_config()
@@ -133,7 +158,7 @@ class LocalSlurm:
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait(lambda: self._run("scontrol", "ping").returncode == 0, timeout, "slurmctld to answer")
         for node in self.nodes:
-            self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.conf)])
+            self._spawn(f"slurmd-{node}", self._slurmd(node))
         self._wait(self._all_nodes_up, timeout, "every slurmd to register")
         self.rest_socket.unlink(missing_ok=True)
         self._spawn(
@@ -180,6 +205,9 @@ class LocalSlurm:
             time.sleep(0.2)
 
     def stop(self) -> None:
+        for node in self.nodes:  # a frozen slurmd would ignore SIGTERM
+            if f"slurmd-{node}" in self.named:
+                self.unhang(node)
         for process in reversed(self.processes):
             if process.poll() is None:
                 terminate_group(process.pid)
@@ -190,3 +218,4 @@ class LocalSlurm:
                 kill_group(process.pid)
                 process.wait(timeout=5)
         self.processes.clear()
+        self.named.clear()

@@ -300,12 +300,14 @@ class Sources:
             if "RUNNING" in states or "COMPLETING" in states:
                 busy.update(expand_hostlist(job.get("nodes", "")))
         nodes = self.scheduler_client.get(f"{self.scheduler_url}/nodes")
-        if nodes.status_code == 404:  # a jobs-only endpoint (the twin): busy nodes are all it knows
+        if nodes.status_code == 404:  # a jobs-only endpoint (older twins): busy nodes are all it knows
             result.scheduler = {n: SchedulerView(busy=True) for n in busy}
             return result
         nodes.raise_for_status()
         for item in nodes.json().get("nodes", []):
             name = item["name"]
+            # v0.0.40+ (23.11): state ["DOWN", "DRAIN", "NOT_RESPONDING"]; v0.0.38 (22.05): state "down"
+            # and state_flags ["DRAIN", "NOT_RESPONDING"]; both read as the same words
             state = item.get("state", [])
             words = [w.upper() for w in (state if isinstance(state, list) else str(state).split("+"))]
             words += [w.upper() for w in item.get("state_flags", [])]

@@ -1,6 +1,6 @@
 """The twin's network-facing views, each in its real protocol's format: dcgm-exporter's Prometheus
 text, a Redfish BMC's Chassis/Power/PowerSubsystem resources, UFM's REST resources and events, a
-slurmrestd v0.0.40 jobs list and Prometheus http_sd targets."""
+slurmrestd 23.11's v0.0.40 jobs and nodes lists and Prometheus http_sd targets."""
 
 from __future__ import annotations
 
@@ -624,19 +624,27 @@ def slurm_nodes(sim: Simulation) -> dict[str, Any]:
     return {"nodes": nodes, "last_update": _number(sim.unix()), **_slurm_meta(sim)}
 
 
+# data_parser/v0.0.40 first shipped with Slurm 23.11: the release the twin's shapes belong to.
+SLURM_RELEASE = "23.11.10"
+
+
 def _slurm_meta(sim: Simulation) -> dict[str, Any]:
+    """slurmrestd 23.11's ``meta``: the openapi/slurmctld plugin, its data parser, slurm.conf's
+    AccountingStorageType, and the version numbers as strings (22.05 and 23.02 gave integers)."""
+    major, minor, micro = SLURM_RELEASE.split(".")
     return {
         "meta": {
             "plugin": {
                 "type": "openapi/slurmctld",
                 "name": "Slurm OpenAPI slurmctld",
                 "data_parser": "data_parser/v0.0.40",
+                "accounting_storage": "accounting_storage/slurmdbd",
             },
             "client": {"source": "fleetsight-twin", "user": "root", "group": "root"},
             "command": [],
             "slurm": {
-                "version": {"major": "23", "micro": "4", "minor": "02"},
-                "release": "23.02.4",
+                "version": {"major": major, "micro": micro, "minor": minor},
+                "release": SLURM_RELEASE,
                 "cluster": sim.scenario.cluster.name,
             },
         },

@@ -4,11 +4,13 @@ The health service reads the same Slurm through the real slurmrestd (draining vs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +18,15 @@ import httpx
 import pytest
 from health_helpers import REPO, fast_policy, node_state, post_alert, start_health, wait_state
 
+from health.engine import SchedulerView
+from health.policy import Policy
 from health.slurm_local import LocalSlurm, missing
+from health.sources import Sources, expand_hostlist
 from support import free_port, wait_until
 
 NODES = [f"n{i:04d}" for i in range(1, 7)]
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
+REAL_API = "http://slurmrestd/slurm/v0.0.38"  # 22.05's newest plugin; the host part is ignored on a socket
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +56,26 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
 
 @pytest.fixture(scope="module")
 def health(alertmanager: str, slurm: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("health-slurm")
+    with slurm_health(alertmanager, slurm, tmp_path_factory.mktemp("health-slurm")) as url:
+        (slurm.folder / "health-url").write_text(url)
+        yield url
+
+
+@contextlib.contextmanager
+def slurm_health(alertmanager: str, slurm: LocalSlurm, folder: Path) -> Iterator[str]:
+    """A health service reading Alertmanager and the real slurmrestd; its breaker lets all 6 nodes go."""
     process, url = start_health(
         folder,
-        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),  # 6 nodes
+        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),
         [
             "--alertmanager-url",
             alertmanager,
             "--scheduler-url",
-            "http://slurmrestd/slurm/v0.0.38",
+            REAL_API,
             "--scheduler-socket",
             str(slurm.rest_socket),
         ],
     )
-    (slurm.folder / "health-url").write_text(url)
     try:
         wait_until(
             lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) == len(NODES),
@@ -100,6 +112,44 @@ def sinfo(slurm: LocalSlurm) -> dict[str, tuple[str, str]]:
     return {n: (s, r) for n, s, r in (line.split("|", 2) for line in lines)}
 
 
+def real_get(slurm: LocalSlurm, what: str) -> dict:
+    """The real slurmrestd's answer, over its UNIX socket (rest_auth/local)."""
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(slurm.rest_socket))) as client:
+        response = client.get(f"{REAL_API}/{what}", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def node_of(slurm: LocalSlurm, node: str) -> tuple[str, list[str], str]:
+    """A node's state, state_flags and reason as 22.05's slurmrestd shows them."""
+    item = next(n for n in real_get(slurm, "nodes")["nodes"] if n["name"] == node)
+    return item["state"], item["state_flags"], item["reason"]
+
+
+def scheduler_views(url: str, socket: Path | None = None) -> dict[str, SchedulerView]:
+    """What the health service makes of a slurmrestd's /jobs and /nodes: its own parser, over HTTP."""
+    sources = Sources(Policy(), scheduler_url=url, scheduler_socket=str(socket) if socket else None)
+    try:
+        result = next(r for r in sources.collect(time.time()) if r.name == "scheduler")
+    finally:
+        sources.close()
+    assert result.ok, result.error
+    return result.scheduler
+
+
+def shape_differences(real: dict, fake: dict) -> dict:
+    """Keys only one side has, and keys whose JSON types differ (real first, then the twin)."""
+    return {
+        "only_in_real": sorted(set(real) - set(fake)),
+        "only_in_twin": sorted(set(fake) - set(real)),
+        "type_differs": {
+            k: [type(real[k]).__name__, type(fake[k]).__name__]
+            for k in sorted(set(real) & set(fake))
+            if type(real[k]) is not type(fake[k])
+        },
+    }
+
+
 def test_sync_drains_with_the_reason_and_dry_run_changes_nothing(
     alertmanager: str, slurm: LocalSlurm, health: str, tmp_path: Path
 ) -> None:
@@ -132,6 +182,7 @@ def test_an_operators_drain_is_never_resumed(
 ) -> None:
     ledger = tmp_path / "ledger.json"
     run(slurm, "scontrol", "update", "nodename=n0003", "state=drain", "reason=bad DIMM, ticket 42")
+    assert node_of(slurm, "n0003") == ("idle", ["DRAIN"], "bad DIMM, ticket 42")
     item = wait_state(health, "n0003", "drained")
     assert item["reasons"][0]["signal"] == "scheduler_drain" and "ticket 42" in item["reasons"][0]["summary"]
 
@@ -167,6 +218,7 @@ def test_a_busy_node_is_draining_until_its_job_ends(
     wait_until(lambda: httpx.get(f"{health}/v1/drain-list").json()["nodes"], timeout=20, what="a drain")
     sync(slurm, health, tmp_path / "ledger.json")
     assert sinfo(slurm)["n0005"] == ("draining", "fleetsight: GPURowRemapFailed (alertmanager)")
+    assert node_of(slurm, "n0005")[:2] == ("allocated", ["DRAIN"])
     wait_state(health, "n0005", "draining")
     run(slurm, "scancel", job)
     item = wait_state(health, "n0005", "repair")  # drained, and the GPU needs an RMA
@@ -218,48 +270,144 @@ def test_slurmd_runs_the_prolog_and_keeps_jobs_off_an_unfit_node(
     wait_state(health, "n0006", "healthy")
 
 
-def test_twin_and_real_slurmrestd_answer_the_jobs_query_alike(slurm: LocalSlurm, tmp_path: Path) -> None:
+def test_an_operators_drain_of_a_busy_node_is_draining_until_its_job_ends(
+    slurm: LocalSlurm, health: str, tmp_path: Path
+) -> None:
+    """An operator drains a node that runs a job: slurmrestd says state "allocated" with flag DRAIN
+    (sinfo: draining). The service reads it as the operator's drain in progress, drained once the job
+    ends; the sync never touches it."""
+    job = run(slurm, "sbatch", "--parsable", "-N1", "-w", "n0004", "-o", "/dev/null", "--wrap", "sleep 600")
+    job = job.strip()
+    wait_until(lambda: prolog_finished(slurm, job) == "0", timeout=20, what="the job's prolog to pass")
+    run(slurm, "scontrol", "update", "nodename=n0004", "state=drain", "reason=fan noise, ticket 77")
+    assert node_of(slurm, "n0004") == ("allocated", ["DRAIN"], "fan noise, ticket 77")
+    assert sinfo(slurm)["n0004"] == ("draining", "fan noise, ticket 77")
+    item = wait_state(health, "n0004", "draining")
+    assert item["reasons"][0]["signal"] == "scheduler_drain" and "ticket 77" in item["reasons"][0]["summary"]
+    assert sync(slurm, health, tmp_path / "ledger.json")["commands"] == []
+    run(slurm, "scancel", job)
+    assert wait_state(health, "n0004", "drained")["reasons"][0]["signal"] == "scheduler_drain"
+    run(slurm, "scontrol", "update", "nodename=n0004", "state=resume")
+    wait_state(health, "n0004", "healthy")
+
+
+@pytest.fixture
+def fresh_health(alertmanager: str, slurm: LocalSlurm, tmp_path: Path) -> Iterator[str]:
+    """A service of its own: the module's has spent its breaker's hourly allowance on earlier tests."""
+    with slurm_health(alertmanager, slurm, tmp_path / "health") as url:
+        yield url
+
+
+def test_hung_nodes_go_down_and_keep_their_drains(
+    alertmanager: str, slurm: LocalSlurm, fresh_health: str, tmp_path: Path
+) -> None:
+    """Three slurmds stop answering (SIGSTOP, as on a hung host): n0001 drained by an operator, n0002
+    drained by FleetSight, n0003 in service. After SlurmdTimeout Slurm sets them DOWN and keeps a drain
+    and its reason (22.05: state "down", flags DRAIN and NOT_RESPONDING). The service keeps both drains
+    with their owners' reasons and does not resume ours while the node is down, even once its alert
+    clears; n0003 is unhealthy (scheduler_down), so the sync drains it. When the hosts reboot, Slurm
+    returns the nodes with their drains and reasons (ReturnToService=2: IDLE+DRAIN) and the sync resumes
+    its own two only."""
+    health, ledger, hung = fresh_health, tmp_path / "ledger.json", ("n0001", "n0002", "n0003")
+    run(slurm, "scontrol", "update", "nodename=n0001", "state=drain", "reason=vendor RMA 12")
+    post_alert(alertmanager, "GPUXidUncorrectable", "n0002", gpu="1", xid="79")
+    wait_state(health, "n0002", "draining")
+    assert [d["node"] for d in sync(slurm, health, ledger)["drain"]] == ["n0002"]
+    ours = "fleetsight: GPUXidUncorrectable (alertmanager)"
+    try:
+        for node in hung:
+            slurm.hang(node)
+        real = wait_until(
+            lambda: (
+                (n := {x["name"]: x for x in real_get(slurm, "nodes")["nodes"]})
+                and all(n[h]["state"] == "down" for h in hung)
+                and n
+            ),
+            timeout=150,
+            what="Slurm to set the hung nodes DOWN (SlurmdTimeout=60)",
+        )
+        flags = {h: (real[h]["state_flags"], real[h]["reason"]) for h in hung}
+        assert flags == {
+            "n0001": (["DRAIN", "NOT_RESPONDING"], "vendor RMA 12"),
+            "n0002": (["DRAIN", "NOT_RESPONDING"], ours),
+            "n0003": (["NOT_RESPONDING"], "Not responding"),
+        }
+        # the same words and reason as the twin's crashed host past SlurmdTimeout (tests/twin)
+        views = scheduler_views(REAL_API, slurm.rest_socket)
+        assert views["n0003"] == SchedulerView(("DOWN", "NOT_RESPONDING"), "Not responding", False)
+        item = wait_until(
+            lambda: (
+                (i := node_state(health, "n0001"))
+                and [r["signal"] for r in i["reasons"]] == ["scheduler_drain", "scheduler_down"]
+                and i
+            ),
+            timeout=20,
+            what="the service to see n0001 down and drained",
+        )
+        assert item["state"] == "drained" and "vendor RMA 12" in item["reasons"][0]["summary"]
+
+        post_alert(alertmanager, "GPUXidUncorrectable", "n0002", ends_in=0, gpu="1", xid="79")
+        wait_until(
+            lambda: [r["signal"] for r in node_state(health, "n0002")["reasons"]] == ["scheduler_down"],
+            timeout=20,
+            what="n0002's alert to clear, Slurm's DOWN left",
+        )
+        assert node_state(health, "n0002")["state"] == "drained"
+        wait_state(health, "n0003", "draining")
+        plan = sync(slurm, health, ledger)
+        assert plan["resume"] == [] and [d["node"] for d in plan["drain"]] == ["n0003"]
+        state = sinfo(slurm)
+        assert state["n0003"] == ("drained*", "fleetsight: scheduler_down (scheduler)")
+        assert state["n0001"] == ("drained*", "vendor RMA 12") and state["n0002"] == ("drained*", ours)
+        print(run(slurm, "sinfo", "-R"))  # for the record (docs/health.md shows one)
+    finally:
+        for node in hung:  # a DOWN node stays DOWN until its slurmd registers again: power-cycle the hosts
+            slurm.reboot(node)
+    for node in ("n0002", "n0003"):
+        wait_state(health, node, "healthy")
+    assert sorted(sync(slurm, health, ledger)["resume"]) == ["n0002", "n0003"]
+    assert sinfo(slurm)["n0001"] == ("drained", "vendor RMA 12")
+    run(slurm, "scontrol", "update", "nodename=n0001", "state=resume")
+    wait_until(
+        lambda: all(sinfo(slurm)[h] == ("idle", "none") for h in hung), timeout=30, what="the nodes back idle"
+    )
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The twin on live_short.yaml in real time: job 7301 on n0001-n0004, n0005 and n0006 idle."""
+    port = free_port()
+    scenario = Path(__file__).with_name("scenarios") / "live_short.yaml"
+    out = tmp_path_factory.mktemp("twin")
+    command = [*FLEETSIGHT, "twin", "run", "--scenario", str(scenario), "--out", str(out), "--serve"]
+    command += ["--speed", "realtime", "--listen", f"127.0.0.1:{port}"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(
+            lambda: fetch_json(f"{url}/slurm/v0.0.40/jobs"), timeout=60, what="the twin's jobs endpoint"
+        )
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_twin_and_real_slurmrestd_answer_the_jobs_query_alike(
+    slurm: LocalSlurm, twin: str, tmp_path: Path
+) -> None:
     """The twin's slurmrestd-style endpoint next to the real one: what the health service reads must be
     there in both; the differences are written out for the twin's owner (docs/health.md lists them)."""
-    port = free_port()
-    twin = subprocess.Popen(
-        [
-            *FLEETSIGHT,
-            "twin",
-            "run",
-            "--scenario",
-            str(Path(__file__).with_name("scenarios") / "live_short.yaml"),
-            "--out",
-            str(tmp_path / "twin"),
-            "--serve",
-            "--speed",
-            "realtime",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
         run(slurm, "sbatch", "-N2", "-o", "/dev/null", "--wrap", "sleep 300")
-        transport = httpx.HTTPTransport(uds=str(slurm.rest_socket))
-        with httpx.Client(transport=transport) as real_client:
-            real = wait_until(
-                lambda: [
-                    j
-                    for j in real_client.get("http://slurmrestd/slurm/v0.0.38/jobs").json()["jobs"]
-                    if j["job_state"] == "RUNNING"
-                ],
-                timeout=20,
-                what="a running job in slurmrestd",
-            )[0]
-        twin_jobs = wait_until(
-            lambda: fetch_json(f"http://127.0.0.1:{port}/slurm/v0.0.40/jobs"),
-            timeout=60,
-            what="the twin's jobs endpoint",
+        real = wait_until(
+            lambda: [j for j in real_get(slurm, "jobs")["jobs"] if j["job_state"] == "RUNNING"],
+            timeout=20,
+            what="a running job in slurmrestd",
+        )[0]
+        fake = next(
+            j for j in fetch_json(f"{twin}/slurm/v0.0.40/jobs")["jobs"] if "RUNNING" in j["job_state"]
         )
-        fake = next(j for j in twin_jobs["jobs"] if "RUNNING" in j["job_state"])
         used = (
             "job_id",
             "job_state",
@@ -271,23 +419,45 @@ def test_twin_and_real_slurmrestd_answer_the_jobs_query_alike(slurm: LocalSlurm,
             "state_reason",
         )
         assert all(k in real and k in fake for k in used)
-        from health.sources import expand_hostlist
-
         assert expand_hostlist(real["nodes"]) and expand_hostlist(fake["nodes"])
-        differences = {
-            "only_in_real": sorted(set(real) - set(fake)),
-            "type_differs": {
-                k: [type(real[k]).__name__, type(fake[k]).__name__]
-                for k in sorted(set(real) & set(fake))
-                if type(real[k]) is not type(fake[k])
-            },
-        }
-        (tmp_path / "slurmrestd-differences.json").write_text(json.dumps(differences, indent=1))
+        differences = shape_differences(real, fake)
+        (tmp_path / "slurmrestd-jobs-differences.json").write_text(json.dumps(differences, indent=1))
         print(json.dumps(differences))
     finally:
-        twin.terminate()
-        twin.wait(timeout=20)
         run(slurm, "scancel", "--user", "root")
+
+
+def test_twin_and_real_slurmrestd_answer_the_nodes_query_alike(
+    slurm: LocalSlurm, twin: str, tmp_path: Path
+) -> None:
+    """/nodes from both (real: 22.05's v0.0.38, state a lower-case word plus state_flags; twin: 23.11's
+    v0.0.40, state a list of upper-case words): the fields the service reads are in both, and its own
+    parser gives the same state words, reason and busy flag for an idle node and a node with a job."""
+    job = run(slurm, "sbatch", "--parsable", "-N1", "-w", "n0001", "-o", "/dev/null", "--wrap", "sleep 300")
+    try:
+        busy, idle = SchedulerView(("ALLOCATED",), "", True), SchedulerView(("IDLE",), "", False)
+        real = wait_until(
+            lambda: (
+                (v := scheduler_views(REAL_API, slurm.rest_socket))["n0001"] == busy
+                and idle in v.values()
+                and v
+            ),
+            timeout=30,
+            what="slurmrestd to show n0001 allocated and an idle node",
+        )
+        fake = scheduler_views(f"{twin}/slurm/v0.0.40")
+        assert fake["n0001"] == busy and fake["n0005"] == idle  # job 7301 runs on n0001-n0004
+        assert set(real) == set(NODES) and set(fake) == set(NODES)
+        real_nodes = {n["name"]: n for n in real_get(slurm, "nodes")["nodes"]}
+        fake_nodes = {n["name"]: n for n in fetch_json(f"{twin}/slurm/v0.0.40/nodes")["nodes"]}
+        for item in (real_nodes["n0001"], fake_nodes["n0001"]):
+            assert {"name", "state", "reason"} <= set(item)  # and state_flags where the version has it
+        assert real_nodes["n0001"]["state_flags"] == [] and "state_flags" not in fake_nodes["n0001"]
+        differences = shape_differences(real_nodes["n0001"], fake_nodes["n0001"])
+        (tmp_path / "slurmrestd-nodes-differences.json").write_text(json.dumps(differences, indent=1))
+        print(json.dumps(differences))
+    finally:
+        run(slurm, "scancel", job.strip())
 
 
 def fetch_json(url: str) -> dict | None:

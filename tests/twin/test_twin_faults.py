@@ -270,3 +270,21 @@ def test_slurm_nodes_follow_a_crash_as_slurmctld_would() -> None:
     assert state_at(14) == ["DOWN", "NOT_RESPONDING"]
     assert state_at(17) in (["IDLE"], ["ALLOCATED"])
     assert state_at(17, "n0001") == ["ALLOCATED"]
+
+
+def test_slurmrestd_meta_names_the_release_its_shapes_come_from() -> None:
+    """The twin answers in data_parser/v0.0.40's shapes, which first shipped with Slurm 23.11: its meta
+    says 23.11, with the plugin names and string version numbers slurmrestd 23.11 answers with."""
+    sim = Simulation(load(FORMAT_SCENARIOS / "host_crash.yaml"), dt.datetime.fromtimestamp(START, dt.UTC))
+    for body in (render.slurm_jobs(sim), render.slurm_nodes(sim)):
+        meta = body["meta"]
+        assert meta["plugin"] == {
+            "type": "openapi/slurmctld",
+            "name": "Slurm OpenAPI slurmctld",
+            "data_parser": "data_parser/v0.0.40",
+            "accounting_storage": "accounting_storage/slurmdbd",
+        }
+        version = meta["slurm"]["version"]
+        assert (version["major"], version["minor"]) == ("23", "11") and version["micro"].isdigit()
+        assert meta["slurm"]["release"] == "{major}.{minor}.{micro}".format(**version)
+        assert body["errors"] == [] and body["warnings"] == []
