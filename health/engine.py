@@ -266,7 +266,10 @@ class HealthEngine:
         candidates = [
             n
             for n, r in self.nodes.items()
-            if levels[n] >= LEVELS["unhealthy"] and r.drain_origin is None and n not in self.overrides
+            if levels[n] >= LEVELS["unhealthy"]
+            and r.drain_origin is None
+            and n not in self.overrides
+            and not self._drained_by_other(n, obs)  # already out of service: nothing to grant or count
         ]
         granted, held, scope = self._breaker_allows(candidates, obs)
         for node in granted:
@@ -281,6 +284,11 @@ class HealthEngine:
             if levels.get(n, 0) >= LEVELS["unhealthy"] and self.nodes[n].drain_origin is None
         }
         self._set_breaker(sorted(set(held) | still_held), scope, now)
+
+    @staticmethod
+    def _drained_by_other(node: str, obs: Observation) -> bool:
+        view = obs.scheduler.get(node)
+        return view is not None and view.drained_by_other
 
     def _breaker_allows(
         self, candidates: list[str], obs: Observation

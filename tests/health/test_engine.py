@@ -82,6 +82,16 @@ def test_an_operators_drain_in_the_scheduler_is_shown_not_owned() -> None:
     assert engine.drain_list() == []
 
 
+def test_a_node_an_operator_drained_gets_no_automatic_drain_when_it_fails() -> None:
+    engine = HealthEngine(POLICY)
+    operator = {"e01": SchedulerView(states=("DOWN", "DRAIN"), reason="bad DIMM, ticket 42")}
+    engine.update(observe(signal("e01", "XidBad"), scheduler=operator), now=0)
+    assert not engine.grants and not engine.drain_list()  # nothing of the breaker's allowance used
+    assert states(engine)["e01"] == "drained"
+    engine.update(observe(signal("e02", "XidBad"), signal("e01", "XidBad"), scheduler=operator), now=10)
+    assert [d["node"] for d in engine.drain_list()] == ["e02"]
+
+
 def test_the_breaker_counts_drains_in_its_window_per_unit() -> None:
     engine = HealthEngine(POLICY)  # units of 4: at most 2 per unit, 4 in the cluster, per 600 s
     engine.update(observe(signal("e01", "XidBad")), now=0)
