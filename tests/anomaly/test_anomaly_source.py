@@ -63,8 +63,8 @@ def test_every_query_runs_and_ib_errors_add_up_per_node(tmp_path: Path, exporter
             try:
                 window = source.read()
             except SourceError as exc:
-                if "Connection refused" in str(exc):
-                    return None  # Prometheus still starting
+                if "Connection refused" in str(exc) or "HTTP 503" in str(exc):
+                    return None  # Prometheus still starting (not listening yet, or loading its TSDB)
                 raise  # a query Prometheus refuses fails the test with its message
             return window if len(window.nodes) == len(NODES) else None
 
