@@ -98,11 +98,17 @@ def serve(
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("--cycle", type=float, default=30.0, show_default=True, help="Detection cycle (s).")
 @click.option(
+    "--duration",
+    help="Simulate only the first part of each scenario (90s, 30m, 2h; as `twin run --duration`).",
+)
+@click.option(
     "--flags-out",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write every flag/clear as JSON lines.",
 )
-def evaluate(scenarios: tuple[str, ...], as_json: bool, cycle: float, flags_out: Path | None) -> None:
+def evaluate(
+    scenarios: tuple[str, ...], as_json: bool, cycle: float, duration: str | None, flags_out: Path | None
+) -> None:
     """Run the detector and two baselines over the twin's simulated data (offline) and score them.
 
     Prints precision, recall, F1 and latency per fault kind and slowdown band, and false flags per
@@ -114,6 +120,7 @@ def evaluate(scenarios: tuple[str, ...], as_json: bool, cycle: float, flags_out:
       fleetsight anomaly evaluate --scenario case_01
       fleetsight anomaly evaluate $(printf -- "--scenario %s " anomaly/eval/scenarios/*.yaml) --json
       fleetsight anomaly evaluate --scenario fault_free_day --flags-out /tmp/flags.jsonl
+      fleetsight anomaly evaluate --scenario mixed_day --duration 8h
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -122,7 +129,8 @@ def evaluate(scenarios: tuple[str, ...], as_json: bool, cycle: float, flags_out:
 
     try:
         paths = [evaluation.resolve_scenario(s) for s in scenarios]
-        ticks = evaluation.total_ticks(paths)
+        seconds = evaluation.parse_duration(duration) if duration else None
+        ticks = evaluation.total_ticks(paths, seconds)
     except (FileNotFoundError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     console = Console(stderr=True)
@@ -135,7 +143,9 @@ def evaluate(scenarios: tuple[str, ...], as_json: bool, cycle: float, flags_out:
         transient=True,
     ) as progress:
         task = progress.add_task("twin", total=ticks)
-        runs = [evaluation.run_scenario(p, cycle, lambda n: progress.advance(task, n)) for p in paths]
+        runs = [
+            evaluation.run_scenario(p, cycle, lambda n: progress.advance(task, n), seconds) for p in paths
+        ]
     report = evaluation.report(runs, cycle)
     if flags_out is not None:
         with flags_out.open("w") as handle:

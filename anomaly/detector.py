@@ -280,9 +280,15 @@ class Detector:
         top = float(np.nanmax(node_level)) if np.isfinite(node_level).any() else math.nan
         if not math.isfinite(top) or top < cfg.min_activity:
             return None
-        if math.isfinite(state.level) and top < cfg.quiet_ratio * state.level:
+        if not math.isfinite(state.level):
+            # The job's first busy window straddles its start-up: some samples still idle, others
+            # computing, unevenly per node. Learnt as the job's first offsets, it would stick (a
+            # disturbed window teaches no one): it only sets the level, and counts for nothing.
+            state.level = top
             return None
-        state.level = top if not math.isfinite(state.level) else state.level + 0.1 * (top - state.level)
+        if top < cfg.quiet_ratio * state.level:
+            return None
+        state.level = state.level + 0.1 * (top - state.level)
         state.windows += 1
         ref = leave_one_out_median(node_level)
         dev = _safe_log(tensor) - _safe_log(ref)[:, None]

@@ -6,11 +6,14 @@ samples are reduced into a :class:`~anomaly.window.Window` exactly as the servic
 (medians, throttle-bit shares, counter increases), and the detector, the static power threshold and the
 plain z-score each see the same window. Only this module imports the twin; the service never does.
 
-Ground truth: a straggler episode is a fault on a node of a running job that slows that job. The
-slowdown comes from the twin's truth (``job_slowdown``) when it says so, else it is measured here from
-the physics: the job's step time while the fault is active against its step time without any fault.
-Episodes that slow the job by less than ``NEUTRAL_SLOWDOWN`` are neutral: a flag on them is neither
-right nor wrong and they do not count for recall.
+Ground truth: a straggler episode is a fault on a node of a running job while it slows that job. The
+twin's truth says when each fault set its job's pace (``pacing``), when a slower node masked it
+(``masked``) and what it costs on its own while it paces (``fault_slowdown``); older truth files give
+the job's whole ``job_slowdown`` over the fault, else it is measured here from the step times. A flag
+on a masked fault's node is neither right nor wrong; episodes that slow the job by less than
+``NEUTRAL_SLOWDOWN`` or pace it for less than ``NEUTRAL_PACING_S`` are neutral (a flag on them is
+neither right nor wrong and they do not count for recall); faults that pace nothing (a loss spike in
+the application) are no episode at all.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from .window import THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_TH
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_DIRS = (Path(__file__).resolve().parent / "eval" / "scenarios", REPO_ROOT / "twin" / "scenarios")
 NEUTRAL_SLOWDOWN = 0.05
+# A fault that sets its job's pace for less than this in all (an IB link down for a few ticks, a mild
+# node masked all but a minute) is neutral too: two detection cycles, the least a flag can confirm.
+NEUTRAL_PACING_S = 60.0
 GRACE_S = 60.0  # a flag this long after the fault's end still belongs to it (window + cycle)
 EXPECTED_CAUSE = {
     "psu_failure": "power_brake",
@@ -81,15 +87,34 @@ class Episode:
     end: float
     slowdown: float
     benign: bool = False
+    # When the fault set its job's pace, and when a slower node masked it (the twin's truth; without
+    # it, the whole fault paces). A fault with neither never acted on its node's pace.
+    pacing: list[tuple[float, float]] = field(default_factory=list)
+    masked: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def counted(self) -> bool:
-        return self.slowdown >= NEUTRAL_SLOWDOWN and not self.benign
+        return self.slowdown >= NEUTRAL_SLOWDOWN and not self.benign and self.pacing_s >= NEUTRAL_PACING_S
+
+    @property
+    def pacing_s(self) -> float:
+        return sum(b - a for a, b in self.pacing)
 
     @property
     def neutral(self) -> bool:
         """A real fault that slowed its job too little to call the node a straggler."""
         return not self.benign and not self.counted
+
+    def pacing_at(self, time: float) -> tuple[float, float] | None:
+        """The span (start, end) in which the fault set its job's pace at ``time`` (or just before)."""
+        return _span_at(self.pacing, time)
+
+    def masked_at(self, time: float) -> bool:
+        return _span_at(self.masked, time) is not None
+
+
+def _span_at(spans: list[tuple[float, float]], time: float) -> tuple[float, float] | None:
+    return next(((a, b) for a, b in spans if a <= time <= b + GRACE_S), None)
 
 
 @dataclass
@@ -107,7 +132,7 @@ class ScenarioRun:
 class TwinFeed:
     """Runs one scenario in the twin and yields a window every cycle (the twin is imported here only)."""
 
-    def __init__(self, path: Path, cycle: float = 30.0) -> None:
+    def __init__(self, path: Path, cycle: float = 30.0, duration: float | None = None) -> None:
         render = import_component("twin", "render")
         scenario_mod = import_component("twin", "scenario")
         Simulation = import_component("twin", "sim").Simulation
@@ -117,7 +142,7 @@ class TwinFeed:
         self.sim = Simulation(self.scenario, self.scenario.start)
         self.cycle = cycle
         self.tick = self.scenario.tick
-        self.ticks = max(1, math.ceil(self.scenario.duration / self.tick))
+        self.ticks = scenario_ticks(self.scenario, duration)
         attributes = {name: attr for name, _, _, attr, _ in render.DCGM_FIELDS}
         self.attributes = {key: attributes[name] for key, name in DCGM.items()}
         self.step_times: dict[str, list[tuple[float, float]]] = {}
@@ -202,14 +227,23 @@ class TwinFeed:
             if node is None or not jobs:
                 continue
             benign = bool(truth.get("benign"))
+            onset, end = float(truth["onset_unix"]), float(truth["end_unix"])
             for job in jobs:
+                pacing, masked = [(onset, end)], []
                 if benign:
                     slowdown = 0.0
+                elif truth.get("pacing") is not None and "job" in truth:
+                    # The fault's own cost while it set the pace, not its job's whole slowdown: a mild
+                    # straggler beside a loud one waits like its peers.
+                    slowdown = float(truth.get("fault_slowdown", 1.0)) - 1.0
+                    pacing = [(float(a), float(b)) for a, b in truth["pacing"]]
+                    masked = [(float(a), float(b)) for a, b in truth.get("masked") or []]
+                    self.truth_source = "twin fault_slowdown and pacing"
                 elif truth.get("job_slowdown") is not None and "job" in truth:
                     slowdown = float(truth["job_slowdown"]) - 1.0
                     self.truth_source = "twin job_slowdown"
                 else:
-                    slowdown = self._measured_slowdown(str(job), truth["onset_unix"], truth["end_unix"])
+                    slowdown = self._measured_slowdown(str(job), onset, end)
                 out.append(
                     Episode(
                         scenario=self.scenario.name,
@@ -217,10 +251,12 @@ class TwinFeed:
                         kind=truth["kind"],
                         job=str(job),
                         node=node,
-                        onset=float(truth["onset_unix"]),
-                        end=float(truth["end_unix"]),
+                        onset=onset,
+                        end=end,
                         slowdown=max(0.0, slowdown),
                         benign=benign,
+                        pacing=pacing,
+                        masked=masked,
                     )
                 )
         return out
@@ -255,11 +291,16 @@ METHODS: dict[str, Callable[[], Any]] = {
 
 
 def run_scenario(
-    path: Path, cycle: float = 30.0, progress: Callable[[int], None] | None = None
+    path: Path,
+    cycle: float = 30.0,
+    progress: Callable[[int], None] | None = None,
+    duration: float | None = None,
 ) -> ScenarioRun:
+    """One scenario through the detector and the baselines; ``duration`` (s) stops the simulation
+    early, as the twin's runner does for ``--duration``: the same data up to then."""
     import time
 
-    feed = TwinFeed(path, cycle)
+    feed = TwinFeed(path, cycle, duration)
     methods = {name: factory() for name, factory in METHODS.items()}
     events: dict[str, list[Event]] = {name: [] for name in methods}
     cpu: list[float] = []
@@ -288,14 +329,23 @@ def _benign(fault: Any) -> bool:
     return bool(getattr(fault, "benign", False))
 
 
-def total_ticks(paths: list[Path]) -> int:
-    scenario_mod = import_component("twin", "scenario")
+def scenario_ticks(scenario: Any, duration: float | None = None) -> int:
+    """Ticks to simulate: the scenario's duration, or less where ``duration`` says."""
+    span = scenario.duration if duration is None else min(duration, scenario.duration)
+    return max(1, math.ceil(span / scenario.tick))
 
-    total = 0
-    for path in paths:
-        scenario = scenario_mod.load(path)
-        total += max(1, math.ceil(scenario.duration / scenario.tick))
-    return total
+
+def parse_duration(value: str) -> float:
+    """Seconds from a duration as scenarios write it (90s, 5m, 2h) or a plain number of seconds."""
+    seconds = import_component("twin", "scenario").parse_duration(value, "--duration")
+    if seconds <= 0:
+        raise ValueError(f"--duration: must be positive, got {value!r}")
+    return float(seconds)
+
+
+def total_ticks(paths: list[Path], duration: float | None = None) -> int:
+    scenario_mod = import_component("twin", "scenario")
+    return sum(scenario_ticks(scenario_mod.load(path), duration) for path in paths)
 
 
 # ----------------------------------------------------------------------------------- scoring
@@ -344,6 +394,8 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
     by_kind_band: dict[tuple[str, str], _Tally] = {}
     false_free = 0
     free_hours = 0.0
+    missed: list[dict[str, Any]] = []
+    wrong: list[dict[str, Any]] = []
 
     def tallies(episode: Episode) -> list[_Tally]:
         return [
@@ -362,9 +414,11 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
             if episode.counted:
                 for tally in tallies(episode):
                     tally.episodes += 1
-        first_flag: dict[int, float] = {}
+        first_flag: dict[int, tuple[float, float]] = {}  # episode -> (flag time, its pacing start)
         for event in flags:
             s = event.straggler
+            if _masked(run.episodes, s.job, s.node, event.time):
+                continue  # the node's fault waits for a slower node: no one could see it, no one is wrong
             match = _matching(run.episodes, s.job, s.node, event.time)
             if match is not None and match.neutral:
                 continue  # the fault slowed the job too little to call it a straggler
@@ -372,12 +426,18 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
                 for tally in tallies(match):
                     tally.tp += 1
                     tally.cause_right += int(EXPECTED_CAUSE.get(match.kind) == s.cause)
+                span = match.pacing_at(event.time)
                 key = id(match)
-                first_flag[key] = min(first_flag.get(key, math.inf), event.time)
+                if key not in first_flag or event.time < first_flag[key][0]:
+                    first_flag[key] = (event.time, span[0] if span else match.onset)
                 continue
-            # A wrong flag: blame the episode running in the same job at the time (a peer blamed for
-            # the straggler), else count it against no fault at all.
-            active = [e for e in run.episodes if e.job == s.job and e.onset <= event.time <= e.end + GRACE_S]
+            # A wrong flag: blame the episode pacing the same job at the time (a peer blamed for the
+            # straggler), else count it against no fault at all.
+            active = [e for e in run.episodes if e.job == s.job and e.pacing_at(event.time)]
+            wrong.append(
+                {"scenario": run.name, "job": s.job, "node": s.node, "time": event.time, "cause": s.cause}
+                | {"during": active[0].fault_id if active else None}
+            )
             if active:
                 for tally in tallies(active[0]):
                     tally.fp += 1
@@ -386,13 +446,18 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
                 by_kind.setdefault("none", _Tally()).fp += 1
         for episode in run.episodes:
             if episode.counted and id(episode) in first_flag:
+                flagged, since = first_flag[id(episode)]
                 for tally in tallies(episode):
                     tally.detected += 1
-                    tally.latencies.append(first_flag[id(episode)] - episode.onset)
+                    tally.latencies.append(flagged - since)
+            elif episode.counted:
+                missed.append(_describe(run.name, episode))
     result = overall.figures()
     result["false_flags"] = _r(1000.0 * false_free / free_hours) if free_hours else None
     result["false_flag_count"] = false_free
     result["fault_free_node_hours"] = round(free_hours, 1)
+    result["missed"] = missed
+    result["wrong"] = wrong
     result["by_kind"] = {kind: tally.figures() for kind, tally in sorted(by_kind.items())}
     result["by_band"] = {band: by_band[band].figures() for band, _, _ in BANDS if band in by_band}
     result["by_kind_band"] = [
@@ -403,18 +468,40 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
 
 
 def _matching(episodes: list[Episode], job: str, node: str, time: float) -> Episode | None:
-    """The episode a flag belongs to: same node and job, raised during the fault (or just after)."""
-    hits = [e for e in episodes if e.node == node and e.job == job and e.onset <= time <= e.end + GRACE_S]
+    """The episode a flag belongs to: same node and job, raised while the fault set the job's pace
+    (or just after)."""
+    hits = [e for e in episodes if e.node == node and e.job == job and e.pacing_at(time)]
     if not hits:
         return None
     counted = [e for e in hits if e.counted] or [e for e in hits if e.neutral] or hits
     return max(counted, key=lambda e: e.slowdown)
 
 
+def _describe(scenario: str, episode: Episode) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "fault_id": episode.fault_id,
+        "kind": episode.kind,
+        "job": episode.job,
+        "node": episode.node,
+        "slowdown": round(episode.slowdown, 4),
+        "pacing_s": round(episode.pacing_s, 1),
+        "masked_s": round(sum(b - a for a, b in episode.masked), 1),
+    }
+
+
+def _masked(episodes: list[Episode], job: str, node: str, time: float) -> bool:
+    """The node has a fault that a slower node masks and none that sets the job's pace."""
+    mine = [e for e in episodes if e.node == node and e.job == job and not e.benign]
+    return any(e.masked_at(time) for e in mine) and not any(e.pacing_at(time) for e in mine)
+
+
 def report(runs: list[ScenarioRun], cycle: float) -> dict[str, Any]:
     """The detector's figures at the top level, the baselines' under ``baselines``."""
     result = score(runs, "detector")
     result["baselines"] = {name: score(runs, name) for name in METHODS if name != "detector"}
+    for figures in result["baselines"].values():  # thousands of wrong flags: only the detector's
+        del figures["missed"], figures["wrong"]
     cpu = [c for run in runs for c in run.cycle_cpu_s]
     result["scenarios"] = [
         {
@@ -441,9 +528,12 @@ def report(runs: list[ScenarioRun], cycle: float) -> dict[str, Any]:
 
 
 def evaluate(
-    paths: list[Path], cycle: float = 30.0, progress: Callable[[int], None] | None = None
+    paths: list[Path],
+    cycle: float = 30.0,
+    progress: Callable[[int], None] | None = None,
+    duration: float | None = None,
 ) -> dict[str, Any]:
-    return report([run_scenario(path, cycle, progress) for path in paths], cycle)
+    return report([run_scenario(path, cycle, progress, duration) for path in paths], cycle)
 
 
 def flag_log(runs: list[ScenarioRun]) -> list[dict[str, Any]]:

@@ -2,7 +2,10 @@
 and band) with both baselines beside it, and the false flags on fault-free scenarios.
 
     fleetsight anomaly evaluate $(printf -- "--scenario %s " anomaly/eval/scenarios/*.yaml) --json > e.json
-    python bench/anomaly_eval_table.py e.json [--kinds]
+    python bench/anomaly_eval_table.py e.json [--kinds] [--misses]
+
+`--misses` lists the detector's missed episodes (with how long each fault set its job's pace and how
+long a slower node masked it) and its wrong flags (with the fault pacing the job then, if any).
 """
 
 from __future__ import annotations
@@ -66,14 +69,35 @@ def table(report: dict[str, Any], kinds: bool = False) -> str:
     return "\n".join(lines)
 
 
+def misses(report: dict[str, Any]) -> str:
+    lines = ["| missed | kind | job | node | slowdown | pacing s | masked s |", "|---" * 7 + "|"]
+    for m in report.get("missed", []):
+        lines.append(
+            f"| {m['scenario']} {m['fault_id']} | {m['kind']} | {m['job']} | {m['node']} | "
+            f"{m['slowdown']:.3f} | {m['pacing_s']:.0f} | {m['masked_s']:.0f} |"
+        )
+    lines += ["", "| wrong flag | job | node | time | cause | during |", "|---|---|---|---|---|---|"]
+    for w in report.get("wrong", []):
+        lines.append(
+            f"| {w['scenario']} | {w['job']} | {w['node']} | {w['time']:.0f} | {w['cause']} | "
+            f"{w['during'] or '-'} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("report", type=Path)
     parser.add_argument("--kinds", action="store_true", help="the detector's rows per fault kind too")
+    parser.add_argument("--misses", action="store_true", help="the detector's misses and wrong flags")
     args = parser.parse_args()
-    print(table(json.loads(args.report.read_text()), args.kinds))
+    report = json.loads(args.report.read_text())
+    print(table(report, args.kinds))
+    if args.misses:
+        print()
+        print(misses(report))
 
 
 if __name__ == "__main__":

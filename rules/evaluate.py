@@ -505,12 +505,13 @@ def score(
 ANOMALY_CYCLE_S = 30.0  # the anomaly service's detection cycle, and how often Prometheus scrapes it
 
 
-def straggler_flags(scenario: Path, work: Path) -> list[dict[str, Any]]:
-    """The anomaly service's detector run offline over the same scenario (`fleetsight anomaly
-    evaluate`: the twin in-process, windows reduced as the service's PromQL reduces them): its flag,
-    cause and clear events, in the scenario's own time."""
+def straggler_flags(scenario: Path, duration_s: float, work: Path) -> list[dict[str, Any]]:
+    """The anomaly service's detector run offline over the same scenario's first duration_s
+    (`fleetsight anomaly evaluate --duration`: the twin in-process, windows reduced as the service's
+    PromQL reduces them): its flag, cause and clear events, in the scenario's own time."""
     flags = work / "straggler-flags.jsonl"
-    fleetsight("anomaly", "evaluate", "--scenario", str(scenario), "--json", "--flags-out", str(flags))
+    args = ["--scenario", str(scenario), "--duration", f"{math.ceil(duration_s)}s", "--json"]
+    fleetsight("anomaly", "evaluate", *args, "--flags-out", str(flags))
     return [json.loads(line) for line in flags.read_text().splitlines() if line.strip()]
 
 
@@ -542,32 +543,10 @@ def straggler_samples(
     return samples
 
 
-def trimmed_scenario(scenario: Path, duration_s: float, work: Path) -> Path:
-    """The scenario cut to its first duration_s (the offline detector has no --duration): the same
-    seed and the same faults up to then (the twin draws random faults in time order, so a shorter
-    day draws the same first ones), without the jobs and faults that would start after the end."""
-    document = yaml.safe_load(scenario.read_text()) or {}
-    if parse_duration(str(document.get("duration", "20m"))) <= duration_s:
-        return scenario
-    document["duration"] = f"{int(duration_s)}s"
-    if not isinstance(document.get("start"), str | None):  # YAML read an ISO time as a datetime
-        document["start"] = document["start"].strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def starts_in_time(entry: dict[str, Any], key: str) -> bool:
-        return parse_duration(entry.get(key, 0)) < duration_s
-
-    document["jobs"] = [job for job in document.get("jobs") or [] if starts_in_time(job, "start")]
-    document["faults"] = [fault for fault in document.get("faults") or [] if starts_in_time(fault, "onset")]
-    path = work / f"{scenario.stem}-first-{int(duration_s)}s.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
 def add_straggler_blocks(scenario: Path, span: ScenarioSpan, data_dir: Path, work: Path, cluster: str) -> int:
     """The straggler flags as TSDB blocks beside the backfill's; returns the number of samples."""
-    trimmed = trimmed_scenario(scenario, span.duration, work)
     samples = straggler_samples(
-        straggler_flags(trimmed, work), span.start, span.start + span.duration, cluster
+        straggler_flags(scenario, span.duration, work), span.start, span.start + span.duration, cluster
     )
     by_series: dict[str, list[float]] = {}
     for labels, stamp in samples:

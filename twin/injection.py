@@ -8,6 +8,7 @@ import datetime as dt
 import math
 import random
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,10 +35,38 @@ class ActiveFault:
     progress: dict[str, list[float]] = field(default_factory=dict)
     failed_jobs: list[str] = field(default_factory=list)
     truth: dict[str, Any] | None = None
+    # Per job, the event's own part in the job's pace (truth "pacing", "masked", "fault_slowdown"):
+    # [steps without any event, steps with this event alone] over the compute ticks it set the pace,
+    # the sim-time spans [from, to] it set the pace / was masked by a slower node, and its state at
+    # the job's last compute tick ("pacing", "masked" or "": no effect on its node).
+    own: dict[str, list[float]] = field(default_factory=dict)
+    pacing: dict[str, list[list[float]]] = field(default_factory=dict)
+    masked: dict[str, list[list[float]]] = field(default_factory=dict)
+    pace_state: dict[str, str] = field(default_factory=dict)
 
 
 BENIGN_SHARES = {"dataloader_hiccup": 0.5, "os_jitter": 0.3, "slow_rank_logging": 0.2}
 MAX_SLOWDOWN = 100.0  # reported when the job made (almost) no progress during the event
+# The per-node modifiers the physics reads, and their values on a node without events.
+NODE_MODIFIERS: dict[str, Any] = {
+    "cap_w": hw.GPU_TDP_W,
+    "clock_ratio": 1.0,
+    "brake": False,
+    "thermal": False,
+    "node_slow": 1.0,
+    "comm_slow": 1.0,
+    "node_stall": 0.0,
+    "thermal_ratio": 1.0,
+}
+# An event acts on its node when removing it makes the node's compute, communication or stall term
+# longer by more than PACE_EPS. It sets the job's pace when that term is within PACE_TIE of the job's
+# slowest node: healthy nodes' slowest GPUs differ by up to ~5 % (silicon, pipeline stage), so of two
+# stragglers that close, fixing one alone leaves the job about as slow: both set the pace. Further
+# behind, a slower node masks it (its peers and it wait for that one). Spans closer than PACE_GAP_S
+# are written as one.
+PACE_EPS = 1e-3
+PACE_TIE = 0.05
+PACE_GAP_S = 30.0
 
 
 def draw_benign(scenario: Scenario, first: int = 1) -> list[FaultSpec]:
@@ -129,15 +158,25 @@ class FaultMixin:
             job = max(ratios, key=lambda j: (ratios[j], j)) if ratios else None
             if job is None and fault.jobs:
                 job = fault.jobs[0]
+            own = fault.own.get(job) if job is not None else None
             fault.truth.update(
                 job=job,
                 job_slowdown=ratios.get(job, 1.0) if job is not None else 1.0,
                 job_failed=job in fault.failed_jobs,
+                fault_slowdown=_ratio(*own) if own else 1.0,
+                pacing=self._unix_spans(fault.pacing.get(job, []), fault),
+                masked=self._unix_spans(fault.masked.get(job, []), fault),
             )
 
+    def _unix_spans(self, spans: list[list[float]], fault: ActiveFault) -> list[list[float]]:
+        """Sim-time spans as [from, to] unix seconds, cut at the event's end."""
+        end = fault.spec.onset + fault.spec.duration
+        return [[round(self.unix(a), 3), round(self.unix(min(b, end)), 3)] for a, b in spans if a < end]
+
     def _account_progress(self, job: JobRun) -> None:
-        """What the active events cost this job this tick, in steps."""
+        """What the active events cost this job this tick, in steps; and each event's own part."""
         tick = self.scenario.tick
+        pace: _JobPace | None = None
         for fault in self.active_faults:
             progress = fault.progress.get(job.spec.id)
             if progress is None or job.spec.id in fault.failed_jobs:
@@ -145,9 +184,97 @@ class FaultMixin:
             if job.phase == "compute":
                 progress[0] += tick / job.nominal_step_time
                 progress[1] += tick / job.step_time
+                if fault.node is not None and fault.node in job.nodes:
+                    pace = pace or self._job_pace(job)
+                    fault.pace_state[job.spec.id] = self._pace(fault, job, pace)
             elif job.phase == "stall" and fault.spec.kind == "lustre_ost_slow":
                 # A slow OST starves the data loaders: those stalls are its doing (others are not).
                 progress[0] += tick / max(job.nominal_step_time, 1e-3)
+            # Checkpoints and stalls hold the state of the last compute tick: the event is still there.
+            state = fault.pace_state.get(job.spec.id, "")
+            if state:
+                spans = (fault.pacing if state == "pacing" else fault.masked).setdefault(job.spec.id, [])
+                _extend(spans, self.t, self.t + tick)
+
+    def _job_pace(self, job: JobRun) -> _JobPace:
+        """The job's per-GPU compute times, comm and stall terms this tick, and its step jitter."""
+        per_gpu, nominal = self._node_factor(job)  # the same inputs as _step_job: the same values
+        profile = job.profile
+        share = profile["compute_share"]
+        jitter = job.nominal_step_time / (profile["step_time"] * (share * nominal.max() + (1 - share)))
+        return _JobPace(per_gpu, self.comm_slow[job.nodes].copy(), self.node_stall[job.nodes].copy(), jitter)
+
+    def _pace(self, fault: ActiveFault, job: JobRun, pace: _JobPace) -> str:
+        """Does the event set the job's pace this tick ("pacing"), act on its node under a slower
+        node's pace ("masked"), or not act at all ("")? While it paces, its own cost is what the
+        job's step would be with this event alone against the step without any event."""
+        i = int(np.nonzero(job.nodes == fault.node)[0][0])
+        others = [f for f in self.active_faults if f is not fault and f.node == fault.node]
+        without = self._what_if(job, [fault.node], others, fault)
+        terms = (
+            (pace.per_gpu[i].max(), without.per_gpu[i].max(), pace.per_gpu.max(axis=1)),
+            (pace.comm[i], without.comm[i], pace.comm),
+            (1.0 + pace.stall[i], 1.0 + without.stall[i], 1.0 + pace.stall),
+        )
+        acts = [(mine, peers) for mine, bare, peers in terms if mine > bare * (1.0 + PACE_EPS)]
+        if not acts:
+            return ""
+        if not any(mine * (1.0 + PACE_TIE) >= peers.max() for mine, peers in acts):
+            return "masked"
+        alone = self._what_if(job, list(job.nodes), [fault], None)
+        own = fault.own.setdefault(job.spec.id, [0.0, 0.0])
+        tick = self.scenario.tick
+        own[0] += tick / job.nominal_step_time
+        own[1] += tick / alone.step_time(job, pace.jitter)
+        return "pacing"
+
+    def _what_if(
+        self, job: JobRun, rows: list[int], faults: list[ActiveFault], removed: ActiveFault | None
+    ) -> _JobPace:
+        """The job's terms if the nodes ``rows`` had only the events ``faults`` (the others keep
+        theirs; ``removed``: the one event taken away, whose PCIe link then reads healthy; None: every
+        link of ``rows`` healthy but those of ``faults``), computed by the physics' own _node_factor
+        on copies of the modifier arrays."""
+        m = SimpleNamespace(
+            **{name: getattr(self, name).copy() for name in NODE_MODIFIERS},
+            ost_slow=self.ost_slow.copy(),
+            loss_mult=dict(self.loss_mult),
+        )
+        for name, value in NODE_MODIFIERS.items():
+            getattr(m, name)[rows] = value
+        for fault in faults:
+            self._modify(fault, m)
+        h2d = self.h2d_bandwidth.copy()
+        healthy = self._healthy_h2d()
+        if removed is None:
+            h2d[rows] = healthy[rows]
+            for fault in faults:
+                if fault.spec.kind == "pcie_downgrade":
+                    gpu = fault.state["gpu"]
+                    h2d[fault.node, gpu] = self.h2d_bandwidth[fault.node, gpu]
+        elif removed.spec.kind == "pcie_downgrade":
+            gpu = removed.state["gpu"]
+            h2d[removed.node, gpu] = healthy[removed.node, gpu]
+        saved = {name: getattr(self, name) for name in ("cap_w", "clock_ratio", "node_slow", "h2d_bandwidth")}
+        cap_clock = self.cap_clock[job.nodes].copy()
+        try:
+            self.cap_w, self.clock_ratio, self.node_slow, self.h2d_bandwidth = (
+                m.cap_w,
+                m.clock_ratio,
+                m.node_slow,
+                h2d,
+            )
+            per_gpu, _ = self._node_factor(job)
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+            self.cap_clock[job.nodes] = cap_clock
+        return _JobPace(per_gpu, m.comm_slow[job.nodes], m.node_stall[job.nodes], 1.0)
+
+    def _healthy_h2d(self) -> np.ndarray:
+        """What each GPU's host-to-device probe would read at its link's max speed and width."""
+        per_lane = np.vectorize(hw.PCIE_GEN_LANE_BYTES.get)(self.pci_max_gen[:, :G])
+        return (per_lane * self.pci_max_width[:, :G]).astype(float)
 
     def _effect(self, fault: ActiveFault, source: str, signature: str) -> None:
         fault.effects.append({"source": source, "signature": signature})
@@ -517,42 +644,66 @@ class FaultMixin:
 
     # ----------------------------------------------------------------------------------- modifiers
     def _apply_modifiers(self) -> None:
-        self.cap_w[:] = hw.GPU_TDP_W
-        self.clock_ratio[:] = 1.0
-        self.brake[:] = False
-        self.thermal[:] = False
-        self.node_slow[:] = 1.0
-        self.comm_slow[:] = 1.0
+        for name, value in NODE_MODIFIERS.items():
+            getattr(self, name)[:] = value
         self.ost_slow[:] = 1.0
         self.loss_mult = {}
-        self.node_stall[:] = 0.0
-        self.thermal_ratio[:] = 1.0
         for fault in self.active_faults:
-            spec, node = fault.spec, fault.node
-            if spec.kind == "psu_failure":
-                cap = spec.magnitude
-                self.cap_w[node] = cap
-                self.brake[node] = True
-                # Clocks fall with the cap: at ~150 W an H100 runs about a third as fast.
-                self.clock_ratio[node] = min(1.0, (cap / 600.0) ** 0.8)
-            elif spec.kind == "thermal_throttle":
-                gpu = fault.state["gpu"]
-                self.thermal[node, gpu] = True
-                self.thermal_ratio[node, gpu] = spec.magnitude
-                self.clock_ratio[node, gpu] = min(self.clock_ratio[node, gpu], spec.magnitude)
-            elif spec.kind in ("gray_slow_node", "os_jitter", "slow_rank_logging"):
-                self.node_slow[node] *= spec.magnitude
-            elif spec.kind == "dataloader_hiccup":
-                ticks = max(1, math.ceil(spec.duration / self.scenario.tick))
-                self.node_stall[node] = max(self.node_stall[node], spec.magnitude / ticks)
-            elif spec.kind == "ib_link_flap" and not self.ib_up[node, fault.state["port"]]:
-                self.comm_slow[node] *= 2.5
-            elif spec.kind == "ib_link_flap" and self.ib_width[node, fault.state["port"]] < 4:
-                self.comm_slow[node] *= 1.6
-            elif spec.kind == "lustre_ost_slow":
-                self.ost_slow[fault.state["ost"]] = max(self.ost_slow[fault.state["ost"]], spec.magnitude)
-            elif spec.kind == "loss_spike" and fault.state.get("job"):
-                self.loss_mult[fault.state["job"]] = spec.magnitude
+            self._modify(fault, self)
+
+    def _modify(self, fault: ActiveFault, m: Any) -> None:
+        """One event's share of the per-tick modifiers, written into ``m`` (the Simulation itself,
+        or a copy of its modifier arrays when the truth asks what the job would do without it)."""
+        spec, node = fault.spec, fault.node
+        if spec.kind == "psu_failure":
+            cap = spec.magnitude
+            m.cap_w[node] = cap
+            m.brake[node] = True
+            # Clocks fall with the cap: at ~150 W an H100 runs about a third as fast.
+            m.clock_ratio[node] = min(1.0, (cap / 600.0) ** 0.8)
+        elif spec.kind == "thermal_throttle":
+            gpu = fault.state["gpu"]
+            m.thermal[node, gpu] = True
+            m.thermal_ratio[node, gpu] = spec.magnitude
+            m.clock_ratio[node, gpu] = min(m.clock_ratio[node, gpu], spec.magnitude)
+        elif spec.kind in ("gray_slow_node", "os_jitter", "slow_rank_logging"):
+            m.node_slow[node] *= spec.magnitude
+        elif spec.kind == "dataloader_hiccup":
+            ticks = max(1, math.ceil(spec.duration / self.scenario.tick))
+            m.node_stall[node] = max(m.node_stall[node], spec.magnitude / ticks)
+        elif spec.kind == "ib_link_flap" and not self.ib_up[node, fault.state["port"]]:
+            m.comm_slow[node] *= 2.5
+        elif spec.kind == "ib_link_flap" and self.ib_width[node, fault.state["port"]] < 4:
+            m.comm_slow[node] *= 1.6
+        elif spec.kind == "lustre_ost_slow":
+            m.ost_slow[fault.state["ost"]] = max(m.ost_slow[fault.state["ost"]], spec.magnitude)
+        elif spec.kind == "loss_spike" and fault.state.get("job"):
+            m.loss_mult[fault.state["job"]] = spec.magnitude
+
+
+@dataclass
+class _JobPace:
+    """A job's step-time terms in one tick: per node x GPU compute, per node comm and stall."""
+
+    per_gpu: np.ndarray
+    comm: np.ndarray
+    stall: np.ndarray
+    jitter: float
+
+    def step_time(self, job: JobRun, jitter: float) -> float:
+        """The step time these terms give, as _step_job computes it."""
+        profile = job.profile
+        share = profile["compute_share"]
+        base = profile["step_time"]
+        return base * (share * self.per_gpu.max() + (1 - share) * self.comm.max()) * jitter + self.stall.max()
+
+
+def _extend(spans: list[list[float]], start: float, end: float) -> None:
+    """Add [start, end) to time-ordered spans, joining it to the last one across a gap <= PACE_GAP_S."""
+    if spans and start - spans[-1][1] <= PACE_GAP_S:
+        spans[-1][1] = max(spans[-1][1], end)
+    else:
+        spans.append([start, end])
 
 
 def _ratio(expected: float, made: float) -> float:

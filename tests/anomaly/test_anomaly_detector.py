@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from anomaly import evaluation
+from anomaly.detector import Event, Straggler
 from anomaly.source import expand_hostlist, running_jobs
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT
@@ -75,9 +76,32 @@ def test_fault_free_hours_raise_no_flag() -> None:
     assert any(e.kind == "flag" for e in run.events["static_power"])
 
 
+def _flag(node: str, time: float) -> Event:
+    return Event("flag", time, Straggler("1", node, "unknown", 0, 5.0, time, {}))
+
+
+def test_scoring_counts_a_fault_only_while_it_sets_the_pace() -> None:
+    """A mild straggler masked by a loud one: a flag on it then is neither right nor wrong, and its
+    latency runs from when it paces again; a loss spike (the application's, no node slowed) shelters
+    no flag; a flag on a node without a fault is wrong."""
+    mild = evaluation.Episode(
+        "s", "f1", "gray_slow_node", "1", "n1", 0.0, 1800.0, 0.08, pacing=[(0.0, 60.0), (900.0, 1800.0)]
+    )
+    mild.masked = [(60.0, 900.0)]
+    loud = evaluation.Episode("s", "f2", "psu_failure", "1", "n2", 60.0, 900.0, 1.5, pacing=[(60.0, 900.0)])
+    spike = evaluation.Episode("s", "f3", "loss_spike", "1", "n3", 0.0, 1800.0, 0.0, pacing=[])
+    events = [_flag("n1", 300.0), _flag("n2", 90.0), _flag("n1", 1020.0), _flag("n3", 1500.0)]
+    run = evaluation.ScenarioRun("s", 4, 0.5, False, [mild, loud, spike], {"detector": events})
+    figures = evaluation.score([run], "detector")
+    assert (figures["true_flags"], figures["wrong_flags"], figures["recall"]) == (2, 1, 1.0)
+    assert figures["by_kind"]["gray_slow_node"]["latency_median_s"] == 120.0
+    assert figures["by_kind"]["psu_failure"]["latency_median_s"] == 30.0
+    assert [w["node"] for w in figures["wrong"]] == ["n3"] and figures["missed"] == []
+
+
 def test_evaluate_cli_json_has_the_contract_keys() -> None:
     result = subprocess.run(
-        [*FLEETSIGHT, "anomaly", "evaluate", "--scenario", "psu_cap150_16n", "--json"],
+        [*FLEETSIGHT, "anomaly", "evaluate", "--scenario", "psu_cap150_16n", "--json", "--duration", "20m"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -88,6 +112,8 @@ def test_evaluate_cli_json_has_the_contract_keys() -> None:
     report = json.loads(result.stdout)
     for key in ("precision", "recall", "latency_median_s", "false_flags", "baselines", "by_kind", "by_band"):
         assert key in report
+    # --duration: only the first 20 of the scenario's 40 minutes; the brake (from 14 min) is in it.
+    assert report["scenarios"][0]["hours"] == round(20 / 60, 2) and report["recall"] == 1.0
     assert set(report["baselines"]) == {"static_power", "zscore"}
     assert report["recall"] == 1.0 and report["precision"] == 1.0
     assert report["by_kind"]["psu_failure"]["episodes"] == 1

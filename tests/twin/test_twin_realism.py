@@ -173,6 +173,46 @@ def test_truth_names_the_job_and_its_slowdown_and_benign_events() -> None:
     assert all(not line["job_failed"] for line in lines)
 
 
+def _spans_s(line: dict[str, Any], key: str) -> list[tuple[float, float]]:
+    """A truth line's spans in seconds since the scenario's start."""
+    start = START.timestamp()
+    return [(a - start, b - start) for a, b in line[key]]
+
+
+def test_truth_says_what_each_fault_itself_costs_when_faults_overlap() -> None:
+    """A mild straggler beside a loud one waits like its peers: while the power brake sets the pace,
+    the gray node is masked; before and after, it paces the job by its own share."""
+    gray = {"kind": "gray_slow_node", "target": {"node": "n0003"}, "onset": "5m", "duration": "20m"}
+    psu = {"kind": "psu_failure", "target": {"node": "n0006", "psu": 0}, "onset": "10m", "duration": "10m"}
+    spike = {"kind": "loss_spike", "target": {"node": "n0002"}, "onset": "6m", "duration": "10m"}
+    raw = scenario(faults=[{**gray, "magnitude": 1.15}, {**psu, "magnitude": 150}, {**spike, "magnitude": 8}])
+    sim, _ = run_physics({**raw, "realism": {"benign_per_node_hour": 0}}, 28)
+    lines = {line["kind"]: line for line in load_truth_from(sim)}
+    gray_line, psu_line, spike_line = lines["gray_slow_node"], lines["psu_failure"], lines["loss_spike"]
+    # The old meaning stays: the job's whole slowdown while the event lasted.
+    assert gray_line["job_slowdown"] > 1.3
+    # Its own: a few per cent while it paces, masked exactly while the brake lasts.
+    # (x1.15 on a middle pipeline stage: the last stage already computes 4 % more, and silicon differs.)
+    assert 1.04 < gray_line["fault_slowdown"] < 1.12
+    assert _spans_s(gray_line, "masked") == [(600.0, 1200.0)]
+    assert _spans_s(gray_line, "pacing") == [(300.0, 600.0), (1200.0, 1500.0)]
+    assert psu_line["fault_slowdown"] > 2.0 and _spans_s(psu_line, "pacing") == [(600.0, 1200.0)]
+    assert psu_line["masked"] == []
+    # A loss spike is the application's: it slows no node, so it neither paces nor is masked.
+    assert spike_line["fault_slowdown"] == 1.0 and spike_line["pacing"] == spike_line["masked"] == []
+
+
+def test_two_equal_stragglers_both_set_the_pace() -> None:
+    """Two equally slow nodes: removing one alone does not speed the job, yet neither is masked by a
+    slower one; each is a straggler costing what it would cost alone."""
+    gray = {"kind": "gray_slow_node", "onset": "5m", "duration": "10m", "magnitude": 1.3}
+    faults = [{**gray, "target": {"node": node}} for node in ("n0002", "n0007")]
+    sim, _ = run_physics({**scenario(faults=faults), "realism": {"benign_per_node_hour": 0}}, 16)
+    for line in load_truth_from(sim):
+        assert 1.2 < line["fault_slowdown"] < 1.35
+        assert line["masked"] == [] and _spans_s(line, "pacing") == [(300.0, 900.0)]
+
+
 def test_run_writes_truth_outside_and_nothing_in_the_data_names_the_scenario(tmp_path: Path) -> None:
     out = tmp_path / "data" / "twin"
     result = subprocess.run(
