@@ -369,7 +369,7 @@ NODE_DRILLDOWN = Dashboard(
     title="FleetSight: one node",
     persona="sysadmin",
     question="Everything about this one node.",
-    variables=(Variable("node", "Node", "label_values(up, node)"),),
+    variables=(Variable("node", "Node", "label_values(DCGM_FI_DEV_POWER_USAGE, node)"),),  # GPU nodes
     rows=(
         Row(
             "GPUs",

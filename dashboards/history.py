@@ -183,6 +183,8 @@ def check_history(
     ruleset: Any = import_component("rules", "ruleset")
     span = evaluate.scenario_span(scenario, None, duration)
     begin, end = span.start, span.start + span.duration
+    if work_root is not None:
+        work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dashboards-history-", dir=work_root) as scratch:
         work = Path(scratch)
         blocks = work / "blocks"

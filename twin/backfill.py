@@ -13,6 +13,8 @@ What the history holds, produced by the real code wherever the stack has code:
   are answered in-process by the twin's Redfish renderer (an httpx transport, no socket), so the
   agent parses the same JSON as over the network. An agent that restarts with its host keeps its Xid
   counts in a state folder, as the live agent does;
+- the Lustre servers' agents (``job="fleetsight-lustre-server"``, node oss0, mds0...: the Lustre
+  collector with ``--lustre-jobstats``) over the OSS and MDS job_stats the twin writes, at the same step;
 - the fabric exporter's series, from the twin's UFM renderer, at the same step;
 - ``up`` per target as Prometheus writes it: 0 while the host is down, and for dcgm-exporter also for
   the scrapes the scenario lets fail (``scrape_failure_rate``, drawn from the seed).
@@ -52,6 +54,8 @@ from .writers import TreeWriter, scenario_info
 CHUNK_S = 2 * 3600  # one TSDB block per chunk: Prometheus's own block range, aligned to the epoch
 DCGM_INSTANCE = "twin-backfill"
 AGENT_INSTANCE = "twin-backfill:node-agent"
+# The Lustre servers' agents (job_stats): their own scrape job, so that they never count as compute nodes.
+SERVER_JOB = "fleetsight-lustre-server"
 FABRIC_INSTANCE = "twin-backfill:fabric"
 BACKFILL_FIELDS = (
     "DCGM_FI_DEV_POWER_USAGE",
@@ -267,6 +271,7 @@ class ExporterCapture:
         # Every BMC and UFM request of every step would be an INFO line: thousands a minute.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         self.agents: dict[int, Any] = {}
+        self.server_agents = [self._server_agent(name) for name in layout.server_names(self.writer.out)]
         self.fabric = self.fabric_mod.FabricExporter(
             "http://twin/ufm", "http://twin/ufm/csv/metrics", transport=self.transport
         )
@@ -301,6 +306,18 @@ class ExporterCapture:
             agent = self.agents[node] = self.node_mod.NodeAgent(options)
         return agent
 
+    def _server_agent(self, name: str) -> Any:
+        """The node agent of a Lustre OSS or MDS: the Lustre collector only, with job_stats on."""
+        options = self.node_mod.NodeOptions(
+            node=name,
+            sysfs_root=str(layout.server_root(self.writer.out, name) / "sys"),
+            procfs_root=str(layout.server_procfs_root(self.writer.out, name)),
+            nvml=False,
+            lustre_jobstats=True,
+            collectors=("lustre",),
+        )
+        return self.node_mod.NodeAgent(options)
+
     def capture(self, stamp: str, handle: IO[str]) -> None:
         """One scrape of every target at this tick (the twin's files are written for it first)."""
         sim = self.sim
@@ -321,6 +338,15 @@ class ExporterCapture:
             extra = {"instance": AGENT_INSTANCE, "job": "fleetsight-node", **target}
             self._write(handle, "up", extra, 1, stamp)
             self._families(handle, self._agent(node).registry.collect(), extra, stamp)
+        for agent in self.server_agents:
+            target = {
+                "instance": AGENT_INSTANCE,
+                "job": SERVER_JOB,
+                "node": agent.opts.node,
+                "cluster": self.cluster,
+            }
+            self._write(handle, "up", target, 1, stamp)
+            self._families(handle, agent.registry.collect(), target, stamp)
         fabric_target = {"instance": FABRIC_INSTANCE, "job": "fleetsight-fabric", "cluster": self.cluster}
         self._write(handle, "up", fabric_target, 1, stamp)
         self._families(handle, self.fabric.runner.gather(), fabric_target, stamp)
@@ -353,7 +379,7 @@ class ExporterCapture:
         self.samples += 1
 
     def close(self) -> None:
-        for agent in self.agents.values():
+        for agent in (*self.agents.values(), *self.server_agents):
             agent.close()
         self.fabric.close()
 

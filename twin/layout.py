@@ -13,6 +13,7 @@ names only, no numpy and no other twin module, so a reader imports it without th
     OUT/nodes/<node>/var/log/fabricmanager.log      NVIDIA Fabric Manager's log
     OUT/nodes/<node>/var/log/bmc-sel.log            the BMC's System Event Log (`ipmitool sel elist` lines)
     OUT/nodes/<node>/fleetsight/pcie_bandwidth.json the PCIe bandwidth probe's results
+    OUT/servers/<server>/proc/fs/lustre/...         a Lustre OSS's or MDS's procfs: per-job job_stats
     http://<twin>/bmc/<node>/redfish/v1/...         the node's BMC (Redfish)
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 META_FILE = "meta.json"
 NODES_DIR = "nodes"
+SERVERS_DIR = "servers"  # the Lustre storage servers (OSS, MDS): not compute nodes
 KERNEL_LOG = "var/log/kern.log"
 KERNEL_LOG_FORMAT = "syslog"  # RFC 3339 stamp, host, "kernel:", message
 JOB_LOGS_DIR = "var/log/jobs"
@@ -47,6 +49,21 @@ def sysfs_root(out: str | Path, node: str) -> Path:
 
 def procfs_root(out: str | Path, node: str) -> Path:
     return node_root(out, node) / "proc"
+
+
+def server_root(out: str | Path, server: str) -> Path:
+    return Path(out) / SERVERS_DIR / server
+
+
+def server_procfs_root(out: str | Path, server: str) -> Path:
+    return server_root(out, server) / "proc"
+
+
+def server_names(out: str | Path) -> list[str]:
+    """The run's Lustre servers (``lustre.servers`` in meta.json), whose agents export job_stats."""
+    lustre = read_meta(out).get("lustre")
+    servers = lustre.get("servers") if isinstance(lustre, dict) else None
+    return [name for name in servers if isinstance(name, str)] if isinstance(servers, list) else []
 
 
 def kernel_log(out: str | Path, node: str) -> Path:

@@ -11,7 +11,8 @@ changed file is written depends on what a reader may see:
 
 - single-value sysfs files (counters, state, link speed) grow in place with one ``pwrite``: a reader's
   one small read sees the old or the new value, never an empty file;
-- multi-line files (Lustre ``stats``, ``rpc_stats``, ``import``, the probe's JSON), new files and
+- multi-line files (Lustre ``stats``, ``rpc_stats``, ``import``, the servers' ``job_stats``, the
+  probe's JSON), new files and
   values that shrink (a counter reset by a reboot) go through a temporary file and a rename, so a
   reader never sees half of one and half of another.
 """
@@ -32,6 +33,7 @@ from . import hardware as hw
 from . import layout
 from . import sim as simmod
 from . import truth as truthmod
+from .lustre_servers import LustreServers, server_names
 from .sim import Simulation
 
 IB_STATE = {True: "4: ACTIVE", False: "1: DOWN"}
@@ -126,6 +128,7 @@ class TreeWriter:
         self.written: dict[str, np.ndarray] = {}  # per-tick values last written, by file kind
         self.psu_logged = sim.psu_ok.copy()  # PSU states the SEL has recorded
         self.sel_records = [0] * len(sim.nodes)  # last SEL record id per node
+        self.servers = LustreServers(out, sim)  # the OSS and MDS job_stats of the jobs' I/O
 
     # ------------------------------------------------------------------------------- layout
     def create(self) -> None:
@@ -136,6 +139,7 @@ class TreeWriter:
         self.write_meta()
         for index, root in enumerate(self.node_roots):
             self._create_node(index, Path(root))
+        self.servers.create()
 
     def _create_node(self, index: int, root: Path) -> None:
         sim = self.sim
@@ -249,7 +253,11 @@ class TreeWriter:
             "tick_seconds": scenario.tick,
             "duration_seconds": scenario.duration,
             "sku": scenario.cluster.sku,
-            "lustre": {"fsname": scenario.cluster.lustre_fsname, "osts": scenario.cluster.lustre_osts},
+            "lustre": {
+                "fsname": scenario.cluster.lustre_fsname,
+                "osts": scenario.cluster.lustre_osts,
+                "servers": server_names(scenario.cluster.lustre_osts),
+            },
             "jobs": [
                 {
                     "id": job.spec.id,
@@ -279,6 +287,10 @@ class TreeWriter:
             if sim.alive[index]:
                 self._write_lustre(index, root)
                 self._write_probe(index, root)
+        # The servers stay up when a client dies; their job_stats grow by what the clients sent.
+        self.servers.update()
+        for path, text in self.servers.files().items():
+            self.cache.put(path, text, atomic=True)
 
     def _changed(self, key: str, values: np.ndarray, alive: np.ndarray) -> tuple[list, list, list]:
         """(nodes, columns, values) where values differ from the last written ones, on live hosts."""
