@@ -80,18 +80,22 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
         yield served
 
 
-@pytest.fixture(scope="module")
-def report(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("out")
+def run_report(prometheus: str, start: float, end: float, out: Path) -> dict:
+    """`fleetsight report` over [start, end] into out; its JSON, with the HTML's path under `_html`."""
     result = subprocess.run(
-        [*FLEETSIGHT, "report", "--prometheus", history.prometheus, "--out", str(out),
-         "--from", iso(history.start), "--to", iso(history.end)],
+        [*FLEETSIGHT, "report", "--prometheus", prometheus, "--out", str(out),
+         "--from", iso(start), "--to", iso(end)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads((out / "report.json").read_text())
     data["_html"] = out / "report.html"
     return data
+
+
+@pytest.fixture(scope="module")
+def report(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_report(history.prometheus, history.start, history.end, tmp_path_factory.mktemp("out"))
 
 
 def iso(ts: float) -> str:
@@ -146,14 +150,7 @@ def test_an_nvswitch_fatal_error_is_a_gpu_failure_until_the_reboot(tmp_path: Pat
     """The fatal SXid leaves no dcgm-exporter signal: the node agent's counter opens the episode, the
     reboot (IB counters from zero) closes it. A 20x slower OST is a slowdown, not a failure."""
     with served_backfill(AGENT_SCENARIO, tmp_path, "--agent-step", "60s") as served:
-        out = tmp_path / "out"
-        result = subprocess.run(
-            [*FLEETSIGHT, "report", "--prometheus", served.prometheus, "--out", str(out),
-             "--from", iso(served.start), "--to", iso(served.end)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stdout + result.stderr
-        data = json.loads((out / "report.json").read_text())
+        data = run_report(served.prometheus, served.start, served.end, tmp_path / "out")
     fault = next(f for f in served.faults if f["kind"] == "nvswitch_fatal")
     onset = served.start + seconds(fault["onset"])
     (episode,) = data["episodes"]
