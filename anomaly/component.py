@@ -37,6 +37,9 @@ COMPONENTS = [
             "metrics": s.url("anomaly", "/metrics"),
         },
         scrape_configs=scrape_own_port("anomaly", "anomaly"),
+        # It reads Prometheus and the twin's jobs every cycle: started before them, its first cycles
+        # only report the source down.
+        depends_on=("prometheus", "twin"),
         ready_timeout_s=60.0,
     ),
 ]
