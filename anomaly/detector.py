@@ -12,8 +12,9 @@ with the median of the *other* nodes of its job. Healthy peers differ systematic
 stages, silicon, cooling), so each GPU keeps an exponentially weighted history of that deviation (its
 own offset and spread), capped at ``max_offset`` so that a fault present from the start is not learnt
 as normal. The residual is divided by a robust scale: the job's cross-sectional MAD (four or more
-nodes), the GPU's own history and the robust spread of the job's last ``noise_windows`` residuals
-(two or three nodes), and a floor (``min_scale``), whichever is largest.
+nodes), the robust spread of the job's last ``noise_windows`` residuals (under ``few_nodes``
+nodes; under four also the GPU's own history), and a floor (``min_scale``), whichever is largest.
+Small jobs also have a hardware path: a throttled GPU busier than its peers at a lower power or clock.
 
 Model. A Minimum Covariance Determinant fit (scikit-learn) over all GPUs of the cycle, on the features
 (tensor residual z, power ratio, SM-clock ratio, all relative to peers), gives each GPU a robust
@@ -86,6 +87,10 @@ class DetectorConfig:
     mcd_min_rows: int = 200  # no model (the z-score decides) before this many calm rows
     mcd_refit_every: int = 20  # cycles between refits of the model
     hardware_share: float = 0.5  # share of a window's samples with a throttle bit that counts as a signal
+    few_nodes: int = 8  # jobs under this many nodes take their scale from their own recent windows
+    # (a few nodes' cross-section swings by itself) and have the hardware path below
+    hw_lower: float = 0.05  # small jobs' hardware path: power or SM clock (log) this far below the
+    # peers' while busier than usual against them (slow_min_effect): the node does more with less
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     seed: int = 0
@@ -139,6 +144,7 @@ class _NodeState:
     recent: deque[bool]
     strong_run: int = 0
     slow_run: int = 0
+    hw_run: int = 0
     quiet_run: int = 0
     flag: Straggler | None = None
 
@@ -303,12 +309,22 @@ class Detector:
             usual = state.spread if math.isfinite(state.spread) else spread
             if math.isfinite(usual):
                 scale = np.maximum(scale, usual)
-        if len(node_idx) < 4:
+        if len(node_idx) < cfg.few_nodes:
             # No cross-section to speak of: the GPU's own spread, and the job's recent windows (its
-            # own spread needs calm windows to learn from; these do not).
+            # own spread needs calm windows to learn from; these do not). A 4-node mixture-of-experts
+            # job learnt a cross-sectional spread of 2 % in its first calm windows, and routing then
+            # swung its nodes by 15-25 %: z 7-11 on healthy nodes (gen_7209, 6 wrong flags).
             own = np.where(state.count >= cfg.min_history, np.sqrt(state.var), 0.0)
+            if len(node_idx) >= 4:
+                # Not from four nodes on: a GPU's own history also learns while a peer straggles (its
+                # waiting scatters), and a 4-node job's next straggler came 2 minutes late behind it.
+                own = np.zeros_like(own)
             scale = np.maximum(np.maximum(scale, own), _pooled_spread(state.noise))
-            self._remember(state.noise, resid, state)
+            if not any(node.flag is not None for node in state.node_state.values()):
+                # While a node is flagged its peers wait, and waiting scatters their activity: an
+                # hour-long PCIe straggler in a 4-node job widened the pool so much that the next
+                # straggler, a x1.2 gray node, was flagged 150 s later than with the job's own spread.
+                self._remember(state.noise, resid, state)
         z = resid / scale
         power = _safe_log(window.power[node_idx])
         clock = _safe_log(window.sm_clock[node_idx])
@@ -390,6 +406,7 @@ class Detector:
         z_clean = np.where(np.isfinite(z), z, 0.0)
         hit = (z_clean >= cfg.z_threshold) & outlier & candidate.kept_pace
         slow = self._slow_path(state, candidate, window)
+        hw_path = self._hardware_path(candidate, window)
         # While the job is disturbed (a loud straggler's peers wait, and waiting activity scatters),
         # a peer can reach a strong z by chance; only the job's top node counts as strong then.
         top = int(np.argmax(z_clean.max(axis=1))) if self._disturbed(state, candidate) else -1
@@ -408,8 +425,16 @@ class Detector:
             threshold = cfg.z_threshold / 2 if node_state.flag is not None else cfg.z_threshold
             slow_hit = bool(slow[pos].any())
             node_state.slow_run = node_state.slow_run + 1 if slow_hit else 0
+            hw_hit = bool(hw_path[pos].any())
+            node_state.hw_run = node_state.hw_run + 1 if hw_hit else 0
+            if hw_hit and not bool(hit[pos].any()):
+                gpu = int(np.argmax(np.where(hw_path[pos], z_clean[pos], -np.inf)))
+                node_z = float(z_clean[pos, gpu])
             is_candidate = (
-                bool(hit[pos].any()) or slow_hit or (node_state.flag is not None and node_z >= threshold)
+                bool(hit[pos].any())
+                or slow_hit
+                or hw_hit
+                or (node_state.flag is not None and node_z >= threshold)
             )
             strong = (
                 is_candidate
@@ -469,6 +494,7 @@ class Detector:
             or node_state.strong_run >= 2
             or (strong and hardware)
             or node_state.slow_run >= cfg.slow_k
+            or (hardware and node_state.hw_run >= cfg.slow_k)
         )
         if due:
             name = window.nodes[candidate.window_nodes[pos]]
@@ -525,6 +551,31 @@ class Detector:
         slow &= candidate.kept_pace
         return np.where(np.isfinite(short), slow, False)
 
+    def _hardware_path(self, candidate: _Candidate, window: Window) -> np.ndarray:
+        """Per GPU of a job under ``few_nodes`` nodes: a throttle bit or a downgraded link, with the
+        GPU busier than usual against its peers while its power or SM clock is below theirs.
+
+        A small job's scale is as wide as its own imbalance (mixture-of-experts routing swings the
+        load between two nodes by ~25 %), which can hide even a loud straggler from the z-score.
+        But a busier node draws *more* power than its peer at the same clock; one that does more
+        work with less power or a lower clock, and says it is throttled, is the slow one."""
+        cfg = self.config
+        node_idx = candidate.window_nodes
+        shape = candidate.z.shape
+        if not 2 <= len(node_idx) < cfg.few_nodes:
+            return np.zeros(shape, dtype=bool)
+        share = cfg.hardware_share
+        signal = (
+            (np.nan_to_num(window.brake[node_idx]) >= share)
+            | (np.nan_to_num(window.thermal[node_idx]) >= share)
+            | (np.nan_to_num(window.pcie_downgraded[node_idx]) > 0)
+        )
+        power_ratio = candidate.features[:, 1].reshape(shape)
+        clock_ratio = candidate.features[:, 2].reshape(shape)
+        lower = (np.nan_to_num(power_ratio) <= -cfg.hw_lower) | (np.nan_to_num(clock_ratio) <= -cfg.hw_lower)
+        busier = np.nan_to_num(candidate.resid, nan=-np.inf) >= cfg.slow_min_effect
+        return signal & lower & busier & candidate.kept_pace
+
     def _hardware_signal(self, window: Window, node_idx: list[int]) -> np.ndarray:
         """Per node: a throttle bit in most of the window's samples or a downgraded PCIe link."""
         share = self.config.hardware_share
@@ -539,7 +590,7 @@ class Detector:
         cfg = self.config
         if np.nan_to_num(candidate.z).max() >= cfg.z_strong:
             return True
-        if len(candidate.window_nodes) < 8:  # a few nodes' spread swings by itself from window to window
+        if len(candidate.window_nodes) < cfg.few_nodes:  # a few nodes' spread swings by itself
             return False
         usual = state.spread
         return math.isfinite(candidate.spread) and math.isfinite(usual) and candidate.spread > 2 * usual
