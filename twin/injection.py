@@ -255,26 +255,18 @@ class FaultMixin:
         elif removed.spec.kind == "pcie_downgrade":
             gpu = removed.state["gpu"]
             h2d[removed.node, gpu] = healthy[removed.node, gpu]
-        saved = {name: getattr(self, name) for name in ("cap_w", "clock_ratio", "node_slow", "h2d_bandwidth")}
-        cap_clock = self.cap_clock[job.nodes].copy()
-        try:
-            self.cap_w, self.clock_ratio, self.node_slow, self.h2d_bandwidth = (
-                m.cap_w,
-                m.clock_ratio,
-                m.node_slow,
-                h2d,
-            )
-            per_gpu, _ = self._node_factor(job)
-        finally:
-            for name, value in saved.items():
-                setattr(self, name, value)
-            self.cap_clock[job.nodes] = cap_clock
+        m.h2d_bandwidth = h2d
+        per_gpu, _ = self._node_factor(job, what_if=m)
         return _JobPace(per_gpu, m.comm_slow[job.nodes], m.node_stall[job.nodes], 1.0)
 
     def _healthy_h2d(self) -> np.ndarray:
-        """What each GPU's host-to-device probe would read at its link's max speed and width."""
-        per_lane = np.vectorize(hw.PCIE_GEN_LANE_BYTES.get)(self.pci_max_gen[:, :G])
-        return (per_lane * self.pci_max_width[:, :G]).astype(float)
+        """What each GPU's host-to-device probe would read at its link's max speed and width (the
+        links' maxima never change: computed once)."""
+        healthy = getattr(self, "_healthy_h2d_cache", None)
+        if healthy is None:
+            per_lane = np.vectorize(hw.PCIE_GEN_LANE_BYTES.get)(self.pci_max_gen[:, :G])
+            healthy = self._healthy_h2d_cache = (per_lane * self.pci_max_width[:, :G]).astype(float)
+        return healthy
 
     def _effect(self, fault: ActiveFault, source: str, signature: str) -> None:
         fault.effects.append({"source": source, "signature": signature})

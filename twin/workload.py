@@ -4,6 +4,7 @@ their parallel layout and step times, and the ranks' Megatron-style logs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -199,18 +200,22 @@ class WorkloadMixin:
             return np.ones(demand.shape)
         return np.minimum(1.0, (cap / demand) ** 0.4)
 
-    def _node_factor(self, job: JobRun) -> tuple[np.ndarray, np.ndarray]:
+    def _node_factor(self, job: JobRun, what_if: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Per GPU compute-time multipliers of the job's nodes: with what faults and disturbances do
-        to them, and nominal (the same job on the same silicon without them)."""
+        to them, and nominal (the same job on the same silicon without them). ``what_if``: other
+        modifier arrays (``cap_w``, ``clock_ratio``, ``node_slow``, ``h2d_bandwidth``) to compute with
+        instead of the simulation's, which it then leaves as they are (the truth's what-if questions)."""
         nodes = job.nodes
+        state = self if what_if is None else what_if
         layout = (job.work * (1.0 + job.expert_load) * self.node_speed[nodes])[:, None]
         nominal_clock = self._cap_clock(job, np.full((len(nodes), G), hw.GPU_TDP_W))
-        cap_clock = self._cap_clock(job, self.cap_w[nodes])
-        self.cap_clock[nodes] = cap_clock
-        clock = np.minimum(self.clock_ratio[nodes], cap_clock)
-        h2d_ratio = self.h2d_bandwidth[nodes] / (hw.PCIE_GEN_LANE_BYTES[5] * 16)
+        cap_clock = self._cap_clock(job, state.cap_w[nodes])
+        if what_if is None:
+            self.cap_clock[nodes] = cap_clock
+        clock = np.minimum(state.clock_ratio[nodes], cap_clock)
+        h2d_ratio = state.h2d_bandwidth[nodes] / (hw.PCIE_GEN_LANE_BYTES[5] * 16)
         h2d = 1.0 + 0.25 * np.clip(1.0 - h2d_ratio, 0.0, 1.0)
-        per_gpu = layout * self.node_slow[nodes, None] * h2d / (clock * self.gpu_eff[nodes])
+        per_gpu = layout * state.node_slow[nodes, None] * h2d / (clock * self.gpu_eff[nodes])
         nominal = layout / (nominal_clock * self.gpu_eff[nodes])
         return per_gpu, nominal
 
