@@ -1,8 +1,8 @@
 """The report's KPIs against the twin's ground truth (its `*.truth.jsonl`, docs/twin.md): what the
 report measured from Prometheus next to what the twin injected, with the tolerance each is held to.
 
-A scorer, not part of the report: it reads the truth file as plain JSON lines (the contract of
-docs/twin.md) and never imports the twin.
+A scorer, not part of the report: it reads the truth file with `twin.truth.load_truth` (pure json and
+pathlib, the contract of docs/twin.md; it names a bad file and line) and never imports the simulator.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsight.xid_catalog import lookup
+from twin.truth import load_truth
 
 # Fault kinds that take a node (or one of its GPUs or ports) out of work, by Fire-Flyer category.
 # The others leave it fit for work, slower at worst: a gray slow node, a PCIe downgrade, a link that
@@ -45,10 +46,6 @@ class Failure:
     category: str
     start: float
     end: float
-
-
-def load_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def is_node_failure(line: dict[str, Any]) -> bool:
@@ -191,7 +188,7 @@ def report_against_truth(url: str, start: float, end: float, truth_file: Path, n
                "--from", iso[0], "--to", iso[1]]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
     report = json.loads((out / "report.json").read_text())
-    truth = truth_figures(load_lines(truth_file), start, end, nodes)
+    truth = truth_figures(load_truth(truth_file), start, end, nodes)
     misses = unmatched(report, truth)
     lines = [table(comparison(report, truth)), f"cut by the period's edge: {truth['cut_by_edge'] or 'none'}"]
     lines += [f"missed: {f.id} {f.kind} on {f.node} at {stamp(f.start)} for {(f.end - f.start) / 60:.1f} min"
