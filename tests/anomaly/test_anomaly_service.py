@@ -18,6 +18,9 @@ import pytest
 from anomaly_helpers import start_prometheus, stop
 from prometheus_client.parser import text_string_to_metric_families
 
+from chatbot.answer import Answerer, ChatConfig
+from chatbot.evaluate import citation_valid
+from chatbot.live import LiveSources
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT, free_port, wait_until
 
@@ -152,6 +155,23 @@ def test_power_brake_flagged_live_and_in_prometheus(tmp_path: Path, processes: l
     flags = [line for line in lines if line["event"] == "straggler_flag"]
     assert [(f["node"], f["cause"]) for f in flags] == [("n0002", "power_brake")]
     assert "power_w_peers_median" in flags[0]["evidence"]
+    chatbot_explains_the_slow_job(api)
+
+
+def chatbot_explains_the_slow_job(anomaly_api: str) -> None:
+    """The chatbot's live context from this twin-fed service: the job's straggler as evidence, its
+    runbook cited first, every quote found in the cited section."""
+    answerer = Answerer(ChatConfig(repo_root=REPO_ROOT, live=LiveSources(anomaly_url=anomaly_api)))
+    answer = answerer.answer("why is job 2001 so slow since a few minutes?")
+    print(f"chatbot answer with live context:\n{answer.text}")  # shown with pytest -s
+    assert not answer.declined, answer.text
+    stragglers = [e for e in answer.evidence if e["source"] == "anomaly"]
+    assert len(stragglers) == 1, answer.evidence
+    said = r"job 2001: node n0002( GPU \d)? is flagged as a straggler \(cause: power brake\)"
+    assert re.fullmatch(said, stragglers[0]["summary"]), stragglers[0]
+    assert "n0002" in answer.text and "power brake" in answer.text, answer.text
+    assert answer.cited_files[0] == "docs/runbooks/StragglerNode.md", answer.cited_files
+    assert all(citation_valid(REPO_ROOT, c.file, c.section, c.quote) for c in answer.citations)
 
 
 def test_prometheus_down_then_up(tmp_path: Path, processes: list) -> None:

@@ -16,6 +16,10 @@ import pytest
 import yaml
 from health_helpers import fast_policy
 
+from chatbot.answer import Answer, Answerer, ChatConfig
+from chatbot.evaluate import citation_valid
+from chatbot.live import LiveSources
+from fleetsight.settings import REPO_ROOT
 from health.twin_check import Timeline, TwinStack
 from support import free_port_base, wait_until
 
@@ -38,6 +42,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         assert not problems, f"the stack did not start: {problems}"
         url = stack.settings.url("health", "/v1/nodes")
         samples: dict[str, Timeline] = {}
+        # The chatbot asks this twin-fed health service once, while n0002 is out with PSUFailed.
+        live_sources = LiveSources(health_url=stack.settings.url("health", ""))
+        chatbot = Answerer(ChatConfig(repo_root=REPO_ROOT, live=live_sources))
+        answers: list[Answer] = []
 
         def watch() -> bool:
             body = httpx.get(url, timeout=5).json()
@@ -45,6 +53,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             for item in body["nodes"]:
                 signals = [r["signal"] for r in item["reasons"] if "last_seen" not in r]
                 samples.setdefault(item["node"], Timeline()).samples.append((now, item["state"], signals))
+                if item["node"] == "n0002" and "PSUFailed" in signals and not answers:
+                    answers.append(chatbot.answer("is n0002 ok? my job on it crawls"))
             faults = stack.faults()
             over = len(faults) == 1 and time.time() > max(f["end_unix"] for f in faults) + 20
             last = {node: timeline.samples[-1][1] for node, timeline in samples.items()}
@@ -52,7 +62,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             return over and back
 
         wait_until(watch, timeout=300, interval=1.0, what="the fault to come and go through the stack")
-        yield {"faults": {f["kind"]: f for f in stack.faults()}, "samples": samples, "stack": stack}
+        yield {
+            "faults": {f["kind"]: f for f in stack.faults()},
+            "samples": samples,
+            "stack": stack,
+            "answers": answers,
+        }
     finally:
         stack.stop()
 
@@ -78,3 +93,16 @@ def test_nodes_without_a_fault_stay_healthy(live: dict[str, Any]) -> None:
     events = httpx.get(live["stack"].settings.url("health", "/v1/events")).json()["events"]
     assert {e["node"] for e in events} == {"n0002"}
     assert [e["to"] for e in events][-1] == "healthy"
+
+
+def test_the_chatbot_answers_from_the_live_health_state(live: dict[str, Any]) -> None:
+    """Asked while n0002 was out, the chatbot gives the health service's state and reason as evidence
+    and cites the runbook that the reason names first."""
+    assert live["answers"], "n0002 never showed PSUFailed, so the chatbot was not asked"
+    answer = live["answers"][0]
+    health = [e for e in answer.evidence if e["source"] == "health"]
+    assert health and all(e["subject"] == "n0002" for e in health), answer.evidence
+    assert any("PSU" in e["summary"] for e in health), health
+    assert answer.cited_files[0] == "docs/runbooks/PSUFailed.md", answer.cited_files
+    assert all(citation_valid(REPO_ROOT, c.file, c.section, c.quote) for c in answer.citations)
+    assert not answer.notes, answer.notes  # the service answered: nothing to excuse
