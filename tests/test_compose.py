@@ -507,6 +507,31 @@ def test_services_named_in_the_mounted_configs_exist(services: dict[str, dict[st
             assert listen_port(listens[0]) == int(port), f"{target}: {host} listens on {listens[0]}"
 
 
+def test_prometheus_finds_the_twins_nodes_through_http_sd_under_the_twin_profile(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The dcgm job's http_sd URL is the twin service's targets endpoint on the port it listens on,
+    and the address the twin lists for itself (its listen address, 0.0.0.0 in the container) is
+    relabelled to one Prometheus can reach (the service's name)."""
+    production = yaml.safe_load((REPO_ROOT / "metrics" / "prometheus.yml").read_text())
+    (job,) = [job for job in production["scrape_configs"] if job.get("http_sd_configs")]
+    (sd,) = job["http_sd_configs"]
+    url = urlparse(sd["url"])
+    twin = services[url.hostname]
+    assert twin["profiles"] == ["twin"] and twin["command"][:2] == ["twin", "run"]
+    listen = flag_value(twin["command"], "listen")
+    assert url.port == listen_port(listen) and url.path == "/targets/dcgm.json"
+    # What the twin lists (twin/render.py dcgm_targets: its bound host and port), relabelled as
+    # Prometheus does: a fully anchored regex, $1 for the first group.
+    address = listen
+    for rule in job.get("relabel_configs", []):
+        if rule.get("source_labels") == ["__address__"] and rule.get("target_label") == "__address__":
+            match = re.fullmatch(rule["regex"], address)
+            if match:
+                address = match.expand(re.sub(r"\$(\d+)", r"\\\1", rule["replacement"]))
+    assert address == url.netloc, f"the twin lists {listen}; Prometheus would scrape {address}"
+
+
 def test_long_running_services_have_healthchecks_and_restart_policies(
     services: dict[str, dict[str, Any]],
 ) -> None:

@@ -15,6 +15,7 @@ Only ticks where every node of the job computes are counted (no start-up, checkp
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any
@@ -120,9 +121,12 @@ def measure(raw: dict[str, Any] | None = None, slowdown: float = 1.10, slow_node
     node_means = [m[job_nodes] for m in _window_means(healthy.node_tensor, healthy.computing, ticks_10m)]
     spread = [float(m.std(ddof=1) / m.mean()) for m in node_means]
     range_ = [float((m.max() - m.min()) / m.mean()) for m in node_means]
-    # The layout alone: the same job with silicon, phase sampling and benign events turned off.
+    # The layout alone: the same job with silicon, phase sampling and benign events turned off; the
+    # scenario's own realism otherwise (under `realism: off` there is no layout either).
     layout_only = copy.deepcopy(base)
-    layout_only["realism"] = {"silicon": False, "phase_sampling": False, "benign_per_node_hour": 0}
+    realism = dataclasses.asdict(from_dict(base).realism)
+    realism.update(silicon=False, phase_sampling=False, benign_per_node_hour=0)
+    layout_only["realism"] = realism
     clean = trace(layout_only)
     layout_means = [m[job_nodes] for m in _window_means(clean.node_tensor, clean.computing, ticks_10m)]
     layout_range = [float((m.max() - m.min()) / m.mean()) for m in layout_means]

@@ -37,10 +37,11 @@ def resolve_scenario(value: str) -> Path:
 
 
 def load_or_fail(value: str):
+    """The scenario, or one line naming the file, key and reason (as `validate` prints it)."""
     try:
         return load(resolve_scenario(value))
     except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(f"{value}: {exc}") from exc
 
 
 @click.group(name="twin", context_settings={"help_option_names": ["-h", "--help"]})

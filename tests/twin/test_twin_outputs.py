@@ -123,6 +123,12 @@ def test_served_formats(twin_factory) -> None:
     for link in links:
         assert httpx.get(link, timeout=10).status_code == 200, link
     assert run.get("/nope").status_code == 404
+    # Nothing served names the scenario or says its description: the page is titled with the cluster.
+    scenario = yaml.safe_load(Path(scenario_arg("psu_failure")).read_text())
+    served = [run.get(path).text for path in ("/?format=json", "/slurm/v0.0.40/jobs", "/slurm/v0.0.40/nodes")]
+    assert scenario["cluster"]["name"] in page
+    for text in (page, *served):
+        assert scenario["name"] not in text and scenario["description"] not in text
 
 
 def read_sysfs_tree(root: Path) -> dict[str, str]:

@@ -341,6 +341,23 @@ def test_validate_rejects_each_bad_case_with_one_line(tmp_path: Path) -> None:
     assert all(line.startswith("ok") for line in lines if "/twin/scenarios/" in line)
 
 
+def test_run_refuses_a_bad_file_with_the_same_line(tmp_path: Path) -> None:
+    """`run` trips on what `validate` reports, with one line naming file, key and reason."""
+    body, key, reason = BAD_CASES["psu_7"]
+    path = tmp_path / "psu_7.yaml"
+    path.write_text(f"duration: 1h\ncluster: {{nodes: 4, psus_per_node: 6}}\n{body}\n")
+    result = subprocess.run(
+        [*FLEETSIGHT, "twin", "run", "--scenario", str(path), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and key in lines[0] and reason in lines[0], lines
+
+
 def test_shipped_scenarios_have_range_and_neutral_names() -> None:
     scenarios = [load(p) for p in sorted(SCENARIOS.glob("*.yaml"))]
     sizes = {s.cluster.nodes for s in scenarios}
