@@ -133,6 +133,9 @@ class Source:
     records what went wrong in ``problems`` instead of raising."""
 
     name = "source"
+    error_sources: tuple[str, ...] = ()
+    """Where its errors can come from (``ufm``...): their ``errors_total`` starts at 0, so that
+    ``increase()`` sees the first error (a counter that appears at 1 shows no increase)."""
 
     def gather(self, problems: Problems) -> list[Metric]:
         raise NotImplementedError
@@ -230,7 +233,7 @@ class SourceRunner:
         const = const_labels or {}
         self.const = (tuple(const), tuple(const.values()))
         self.prefix = prefix
-        self.states = {s.name: SourceState() for s in self.sources}
+        self.states = {s.name: SourceState(errors=dict.fromkeys(s.error_sources, 0)) for s in self.sources}
 
 
 class DeadlineRunner(SourceRunner):

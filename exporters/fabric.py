@@ -289,6 +289,7 @@ class FabricSystems(Source):
     """Switches (``/ufmRest/resources/systems``), fetched every ``every`` refreshes: they rarely change."""
 
     name = "fabric_systems"
+    error_sources = ("ufm",)
 
     def __init__(self, ufm: Ufm, every: int = 5) -> None:
         self.ufm, self.every = ufm, every
@@ -356,6 +357,7 @@ class FabricPorts(Source):
     """Every port (``/ufmRest/resources/ports``, one request), labelled with both ends of its link."""
 
     name = "fabric_ports"
+    error_sources = ("ufm",)
 
     def __init__(self, ufm: Ufm) -> None:
         self.ufm = ufm
@@ -385,6 +387,7 @@ class FabricEvents(Source):
     """UFM events (``/ufmRest/app/events``), each counted once by its id."""
 
     name = "fabric_events"
+    error_sources = ("ufm",)
 
     def __init__(self, ufm: Ufm) -> None:
         self.ufm = ufm
@@ -416,6 +419,7 @@ class FabricTelemetry(Source):
     """Port counters from UFM Telemetry's CSV, matched to the ports by GUID and port number."""
 
     name = "fabric_telemetry"
+    error_sources = ("ufm",)
 
     def __init__(self, ufm: Ufm, data_unit: str = "words") -> None:
         self.ufm = ufm

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import re
 import signal
 import sys
 import time
@@ -50,6 +52,16 @@ class LazyGroup(click.Group):
             return importlib.import_module(entry.module).cli
         return super().get_command(ctx, name)
 
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] in project_packages():
+                raise  # a bug of ours, not a missing extra
+            entry = registry.cli_entries().get(ctx.invoked_subcommand or "")
+            hints = {ctx.invoked_subcommand or "", entry.owner.removeprefix("fleetsight_") if entry else ""}
+            raise click.ClickException(missing_extra(exc.name or "?", hints)) from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         entries = registry.cli_entries()
         rows = []
@@ -61,6 +73,38 @@ class LazyGroup(click.Group):
                 rows.append((name, command.get_short_help_str(70) if command else ""))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def project_packages() -> set[str]:
+    """FleetSight's own import names: the core and every component folder (as installed)."""
+    return {"fleetsight"} | {(m.__package__ or "") for m in registry.component_modules()}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def missing_extra(module: str, hints: set[str] | frozenset[str] = frozenset()) -> str:
+    """What to install when a command needs a module that a production install (no extras) lacks: the
+    extra that declares it and is named like the command or its component (``twin`` for numpy in
+    `fleetsight twin`), else every extra that declares it, else the command's own, else the list."""
+    try:
+        requires = importlib.metadata.requires("fleetsight") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    extras: dict[str, set[str]] = {}  # extra -> normalised distribution names
+    for line in requires:
+        requirement, _, marker = line.partition(";")
+        extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", marker)
+        if extra:
+            name = re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0]
+            extras.setdefault(extra.group(1), set()).add(_normal(name))
+    providing = sorted(e for e, names in extras.items() if _normal(module) in names)
+    providing = sorted(set(providing) & hints) or providing or sorted(set(extras) & hints)
+    if not providing:
+        return f"this command needs {module!r}, which is not installed (extras: {', '.join(sorted(extras))})"
+    choices = " or ".join(f"pip install 'fleetsight[{e}]'" for e in providing)
+    return f"this command needs {module!r}, which is not installed: {choices}"
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -80,7 +124,7 @@ def main() -> None:
     """
 
 
-@main.command()
+@main.command(short_help="install what the stack and the tests need, once")
 @click.option("--only", multiple=True, metavar="STEP", help="Install only this step (repeatable).")
 @click.option("--list", "list_only", is_flag=True, help="List the steps and whether each is installed.")
 def setup(only: tuple[str, ...], list_only: bool) -> None:
@@ -195,7 +239,7 @@ def print_urls(rows: list[stack.Row]) -> None:
         console.print(f"  {f'{name} {key}':<{width}}  {url}", soft_wrap=True, highlight=False, markup=False)
 
 
-@main.command()
+@main.command(short_help="start the stack, or the named components, and print their URLs")
 @click.argument("components", nargs=-1)
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for readiness.")
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C stops the stack.")
@@ -238,7 +282,7 @@ def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="show what runs and whether it is healthy")
 def status() -> None:
     """Show each component of the running stack and whether it is healthy (exits 1 if not).
 
@@ -262,7 +306,7 @@ def status() -> None:
         sys.exit(1)
 
 
-@main.command()
+@main.command(short_help="stop every component of the stack")
 @click.option(
     "--timeout",
     type=float,

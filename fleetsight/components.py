@@ -65,7 +65,8 @@ def resolve_order(components: dict[str, Component], wanted: list[str]) -> list[C
             return
         if name not in components:
             known = ", ".join(components)
-            raise KeyError(f"unknown component {name!r} (known: {known})")
+            skipped = "".join(f"; skipped, {folder}: {why}" for folder, why in registry.broken().items())
+            raise KeyError(f"unknown component {name!r} (known: {known}{skipped})")
         if name in visiting:
             raise ValueError(f"dependency cycle through {name!r}")
         visiting.add(name)

@@ -70,6 +70,10 @@ def _component_folders(root: Path) -> Iterator[Path]:
             yield folder
 
 
+# Component folders whose component.py failed to import: folder -> why (see :func:`broken`).
+_BROKEN: dict[str, str] = {}
+
+
 @functools.cache
 def _modules_for(roots: tuple[Path, ...]) -> tuple[ModuleType, ...]:
     modules = []
@@ -83,8 +87,33 @@ def _modules_for(roots: tuple[Path, ...]) -> tuple[ModuleType, ...]:
             seen[folder.name] = folder
             if str(root) not in sys.path:
                 sys.path.append(str(root))
-            modules.append(importlib.import_module(f"{folder.name}.component"))
+            module = _import_declaration(folder)
+            if module is not None:
+                modules.append(module)
     return tuple(sorted(modules, key=lambda m: (getattr(m, "START_PRIORITY", DEFAULT_PRIORITY), m.__name__)))
+
+
+def _import_declaration(folder: Path) -> ModuleType | None:
+    """The folder's ``component.py``, or None when it does not import: one broken component (a site's
+    own, a missing dependency) must not take `fleetsight down` or the other components with it. It is
+    said on stderr (once a process), :func:`broken` lists it, and `fleetsight up` names it when asked for
+    a component it does not know."""
+    try:
+        return importlib.import_module(f"{folder.name}.component")
+    except Exception as exc:  # any error in someone else's declaration: report it, keep the rest
+        _BROKEN[folder.name] = f"{type(exc).__name__}: {exc}"
+        print(
+            f"fleetsight: component {folder.name!r} skipped: {folder / 'component.py'} does not import "
+            f"({_BROKEN[folder.name]})",
+            file=sys.stderr,
+        )
+        return None
+
+
+def broken() -> dict[str, str]:
+    """Component folders skipped because their ``component.py`` does not import: folder -> why."""
+    component_modules()
+    return dict(_BROKEN)
 
 
 def component_modules() -> tuple[ModuleType, ...]:
@@ -141,6 +170,7 @@ def declared(attribute: str) -> list[Any]:
 def reset() -> None:
     """Forget what was found (tests that add a component folder at run time)."""
     _modules_for.cache_clear()
+    _BROKEN.clear()
 
 
 def import_component(folder: str, module: str) -> ModuleType:

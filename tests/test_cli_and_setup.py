@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from fleetsight.cli import main
 from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import REPO_ROOT
-from support import FLEETSIGHT, wait_until
+from support import FLEETSIGHT, StackEnv, wait_until
 
 
 def built_commands() -> list[list[str]]:
@@ -40,6 +42,8 @@ def test_top_level_help_lists_every_sub_command_and_nothing_planned() -> None:
     for name in ["setup", "up", "down", "status", *registry.cli_entries()]:
         assert f"\n  {name} " in result.output
     assert "not built yet" not in result.output
+    commands = result.output.split("Commands:", 1)[1]
+    assert "..." not in commands, "a command's one-line help is cut short"
 
 
 @pytest.mark.parametrize("path", built_commands()[1:], ids=" ".join)
@@ -47,6 +51,45 @@ def test_every_help_explains_with_an_example(path: list[str]) -> None:
     result = CliRunner().invoke(main, [*path, "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output and f"fleetsight {' '.join(path)}" in result.output
+
+
+# What the examples that read the twin of a running `fleetsight up` name: its default port, its output.
+TWIN_ADDRESS, TWIN_OUT = "127.0.0.1:19100", "run/data/twin"
+
+
+def help_examples(path: list[str]) -> list[str]:
+    """The example command lines of one --help (continuation lines joined, trailing notes dropped)."""
+    text = CliRunner().invoke(main, [*path, "--help"]).output
+    if "Example" not in text:  # the top level: a quick start instead
+        return []
+    block = re.sub(r"\\\n\s*", " ", text.split("Example", 1)[1].split("Options:", 1)[0])
+    lines = [line.strip() for line in block.splitlines() if line.strip().startswith("fleetsight ")]
+    return [re.split(r"\s{3,}", line)[0] for line in lines]
+
+
+def test_examples_that_read_a_running_twin_run_as_written(stack_env: StackEnv) -> None:
+    """The `--once` examples that read the twin of a running `fleetsight up` run as written against one;
+    only this test's port base and run folder stand in for the defaults."""
+    examples = sorted(
+        {
+            example
+            for path in built_commands()
+            for example in help_examples(path)
+            if "--once" in example and (TWIN_ADDRESS in example or TWIN_OUT in example)
+        }
+    )
+    assert len(examples) >= 2, examples  # the node agent's and the fabric exporter's
+    stack_env.cli("up", "twin")
+    for example in examples:
+        line = example.replace(TWIN_ADDRESS, f"127.0.0.1:{stack_env.port('twin')}")
+        line = line.replace(TWIN_OUT, str(stack_env.run_dir / "data" / "twin"))
+        result = subprocess.run(
+            [*FLEETSIGHT, *shlex.split(line)[1:]], env=stack_env.env, cwd=REPO_ROOT,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, (example, result.stderr[-2000:])
+        successes = re.findall(r"^fleetsight_collector_success\{.*\} (\S+)$", result.stdout, re.MULTILINE)
+        assert successes and all(float(v) == 1 for v in successes), (example, result.stdout[-3000:])
 
 
 def test_setup_rejects_an_unknown_step() -> None:

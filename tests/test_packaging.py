@@ -68,3 +68,16 @@ def test_a_production_install_has_no_numpy_and_runs_the_agent_without_the_twin(
         line.split("|")[-1].strip().split(".")[0] for line in agent.stderr.splitlines() if "|" in line
     }
     assert "numpy" not in imported and "fleetsight_twin" not in imported and "twin" not in imported
+
+
+def test_a_command_whose_extra_is_missing_names_the_extra(production_venv: Path, tmp_path: Path) -> None:
+    """Without extras, the twin's and the anomaly service's commands say what to install, without a
+    traceback."""
+    fleetsight = str(production_venv / "bin" / "fleetsight")
+    twin_run = ["twin", "run", "--scenario", "case_05", "--out", str(tmp_path / "twin"), "--duration", "1m"]
+    cases = [(twin_run, "twin"), (["anomaly", "evaluate", "--scenario", "case_01"], "anomaly")]
+    for args, extra in cases:
+        result = subprocess.run([fleetsight, *args], capture_output=True, text=True, timeout=120, cwd="/")
+        assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
+        assert f"pip install 'fleetsight[{extra}]'" in result.stderr, (args, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, (args, result.stderr[-2000:])

@@ -126,3 +126,29 @@ def test_a_port_offset_taken_twice_is_refused(tmp_path: Path, monkeypatch: pytes
     finally:
         monkeypatch.delenv("FLEETSIGHT_COMPONENT_PATH")
         registry.reset()
+
+
+def test_a_folder_whose_declaration_does_not_import_is_skipped_loudly(
+    stack_env: StackEnv, tmp_path: Path
+) -> None:
+    """A broken component.py (a site's own, a missing dependency) is named on stderr and by `up`, and
+    the CLI still works for the rest: `fleetsight down` must never depend on every component importing."""
+    folder = tmp_path / "components" / "broken"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "component.py").write_text("import fleetsight_no_such_module\n")
+    stack_env.env["FLEETSIGHT_COMPONENT_PATH"] = str(tmp_path / "components")
+
+    help_run = stack_env.cli("--help")
+    assert "\n  up " in help_run.stdout and "\n  exporter " in help_run.stdout
+    assert "component 'broken' skipped" in help_run.stderr and "fleetsight_no_such_module" in help_run.stderr
+    up = stack_env.cli("up", "broken", check=False)
+    assert up.returncode != 0 and "skipped, broken: ModuleNotFoundError" in up.stdout + up.stderr
+    assert stack_env.cli("down").returncode == 0
+
+
+def test_every_component_of_the_repository_imports() -> None:
+    """Skipping a broken declaration must never hide one of the project's own."""
+    registry.reset()
+    assert registry.broken() == {}
+    assert {m.__package__ for m in registry.component_modules()} >= {"exporters", "metrics", "twin"}

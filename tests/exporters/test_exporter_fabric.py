@@ -85,6 +85,8 @@ def test_ports_with_both_ends_of_each_link(ufm):
     assert value(text, "fleetsight_fabric_ports") == 6
     for part in ("ports", "systems", "events", "telemetry"):
         assert value(text, "fleetsight_collector_success", collector=f"fabric_{part}") == 1
+        # Present at 0 before any error, so that increase() sees the first one.
+        assert value(text, "fleetsight_collector_errors_total", collector=f"fabric_{part}", source="ufm") == 0
     exporter.close()
 
 

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from test_exporter_promtool import full_node
 
-from exporters.core import CONST_LABELS, Problems, render
+from exporters.core import CONST_LABELS, render
 from exporters.fabric import FabricExporter
 from exporters.node import NodeAgent, NodeOptions
 
@@ -88,13 +88,15 @@ def test_the_fabric_exporter(tmp_path):
     server = JsonServer(routes, prefix="/ufm")
     exporter = FabricExporter(ufm_url=f"{server.url}/ufm", telemetry_url=f"{server.url}/ufm/csv/metrics")
     try:
-        families = []
-        for source in exporter.runner.sources:
-            families += source.gather(Problems())
+        families = exporter.runner.gather()  # every source, then the shared self-metrics
     finally:
         exporter.close()
         server.close()
-    assert {f.name for f in families} >= {"fleetsight_fabric_port_up", "fleetsight_fabric_port_symbol_errors"}
+    assert {f.name for f in families} >= {
+        "fleetsight_fabric_port_up",
+        "fleetsight_fabric_port_symbol_errors",
+        "fleetsight_collector_success",
+    }
     assert_same_as_generate_latest(families)
 
 
