@@ -26,6 +26,7 @@ import yaml
 
 from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
+from fleetsight.setup import apt_step
 
 PRODUCTION_CONFIG = Path(__file__).with_name("alertmanager.yml")
 # A site's own routing file instead of alerting/alertmanager.yml (same format, same secret paths).
@@ -248,3 +249,11 @@ PORTS = {
     "alertmanager_b_cluster": 97,
 }
 START_PRIORITY = 10
+INSTALL_STEPS = [
+    apt_step(
+        "alertmanager",
+        "Debian's Alertmanager (prometheus-alertmanager, amtool)",
+        "alertmanager A/B",
+        {"prometheus-alertmanager": "prometheus-alertmanager"},
+    ),
+]

@@ -151,6 +151,8 @@ COMPONENTS = [
     ),
 ]
 
-PORTS = {"exporter_fabric": 99, "exporter_node": 200}  # exporter_node: a range, one port per node agent
+# exporter_node: one port; the agent serves every twin node under /nodes/<node>/metrics and lists them in
+# /targets.json (Prometheus http_sd).
+PORTS = {"exporter_fabric": 99, "exporter_node": 200}
 CLI = {"exporter": (".cli", "the node agent and the fabric exporter")}
 START_PRIORITY = 30

@@ -1,9 +1,10 @@
 """``fleetsight setup``: install what the stack and the tests need, idempotently.
 
 Each thing to install is an :class:`InstallStep` with a fast check ("is it there already?") and an
-install action. Steps are declared next to the component that needs them (``INSTALL_STEPS`` in its
-``component.py``, found by :mod:`fleetsight.registry`); the core ones (Debian packages) are here. A
-step that fails is reported with its reason and the tail of its log, and the others still run.
+install action. Every step is declared by the component that needs it (``INSTALL_STEPS`` in its
+``component.py``, found by :mod:`fleetsight.registry`), Debian packages included (:func:`apt_step`); the
+core declares none. A step that fails is reported with its reason and the tail of its log, and the others
+still run.
 """
 
 from __future__ import annotations
@@ -124,16 +125,7 @@ def go_env() -> dict[str, str]:
     }
 
 
-# -- Debian packages -------------------------------------------------------------------------------
-
-APT_PACKAGES = {
-    "prometheus": "prometheus",
-    "prometheus-alertmanager": "prometheus-alertmanager",
-    "prometheus-node-exporter": "prometheus-node-exporter",
-    "rsyslog": "rsyslogd",
-    "rsyslog-kafka": None,
-    "rsyslog-elasticsearch": None,
-}
+# -- Debian packages (each component declares its own with apt_step) -------------------------------
 
 
 def dpkg_installed(package: str) -> bool:
@@ -156,6 +148,18 @@ def apt_present_check(packages: dict[str, str | None]) -> Callable[[Settings], b
     return check
 
 
+_apt_lists_refreshed = False
+
+
+def refresh_apt_lists(prefix: list[str], log: Path, env: dict[str, str]) -> None:
+    """`apt-get update` once per setup run, not once per apt step: it takes 10-30 s, and every
+    component's apt step installs from the same fresh lists."""
+    global _apt_lists_refreshed
+    if not _apt_lists_refreshed:
+        run_logged([*prefix, "apt-get", "update", "-q"], log, env=env)
+        _apt_lists_refreshed = True
+
+
 def apt_installer(packages: dict[str, str | None]) -> Callable[[Settings, Path], None]:
     def install(_settings: Settings, log: Path) -> None:
         if shutil.which("apt-get") is None:
@@ -168,7 +172,7 @@ def apt_installer(packages: dict[str, str | None]) -> Callable[[Settings, Path],
                 )
             prefix = ["sudo", "-n"]
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        run_logged([*prefix, "apt-get", "update", "-q"], log, env=env)
+        refresh_apt_lists(prefix, log, env)
         run_logged(
             [*prefix, "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], log, env=env
         )
@@ -191,21 +195,11 @@ def apt_step(
     )
 
 
-INSTALL_STEPS = [
-    apt_step(
-        "debian-packages",
-        "Prometheus, Alertmanager, node_exporter, rsyslog with Kafka and Elasticsearch modules",
-        "prometheus, alertmanager, node_exporter, rsyslog",
-        APT_PACKAGES,
-    ),
-]
-
-
 def load_steps() -> list[InstallStep]:
-    """The core's steps, then every component's, in start order."""
+    """Every component's steps, in start order (the core has none of its own)."""
     from fleetsight.registry import declared  # late: component modules import this one
 
-    steps = [*INSTALL_STEPS, *declared("INSTALL_STEPS")]
+    steps: list[InstallStep] = list(declared("INSTALL_STEPS"))
     names = [s.name for s in steps]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:

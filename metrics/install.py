@@ -1,4 +1,5 @@
-"""``fleetsight setup`` step for Thanos: built from its Go module, since no binary download is possible.
+"""``fleetsight setup`` steps of the metrics component: Debian's Prometheus (with promtool) and
+node_exporter, and Thanos, built from its Go module since no binary download is possible.
 
 ``go install module@version`` is refused (Thanos's go.mod has replace directives): the build goes through
 :mod:`fleetsight.gobuild`. The ``slicelabels`` build tag is not optional: without it the sidecar panics
@@ -11,7 +12,7 @@ build) so that a rebuild after a version bump only compiles what changed.
 from __future__ import annotations
 
 from fleetsight.gobuild import GoModuleBuild
-from fleetsight.setup import InstallStep
+from fleetsight.setup import InstallStep, apt_step
 
 THANOS_MODULE = "github.com/thanos-io/thanos"
 THANOS_VERSION = "v0.42.4"  # as in shared/STACK.md; its go.mod asks for Go 1.26
@@ -27,6 +28,12 @@ THANOS_BUILD = GoModuleBuild(
 
 
 INSTALL_STEPS = [
+    apt_step(
+        "prometheus",
+        "Debian's Prometheus (prometheus, promtool 2.x) and node_exporter",
+        "prometheus A/B, node-exporter; promtool for config checks, rules tests, twin backfill",
+        {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"},
+    ),
     InstallStep(
         name="thanos",
         description=f"Thanos {THANOS_VERSION} (sidecar, store, query, compact), built from its Go module",

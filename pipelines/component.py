@@ -184,7 +184,7 @@ def rsyslog_missing(settings: Settings) -> str | None:
     modules = Path("/usr/lib/x86_64-linux-gnu/rsyslog")
     reason = missing_binary("rsyslogd")
     if reason is None and modules.is_dir() and not (modules / "omkafka.so").is_file():
-        reason = "rsyslog-kafka is not installed (apt-get install rsyslog-kafka rsyslog-elasticsearch)"
+        reason = "rsyslog-kafka is not installed (run `fleetsight setup --only rsyslog`)"
     return reason
 
 

@@ -1,4 +1,5 @@
-"""``fleetsight setup`` steps for Kafka and OpenSearch, both fetched from Maven Central with Maven.
+"""``fleetsight setup`` steps of the log path: Debian's rsyslog with its Kafka and Elasticsearch modules,
+and Kafka and OpenSearch, both fetched from Maven Central with Maven.
 
 - Kafka (KRaft, no ZooKeeper) is a set of jars: the broker, the tools (StorageTool) and the log4j 2
   binding for slf4j 1.x, copied by ``mvn dependency:copy-dependencies`` from ``maven/kafka.pom.xml``.
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, InstallStep, remove_leftovers, run_logged
+from fleetsight.setup import InstallError, InstallStep, apt_step, remove_leftovers, run_logged
 
 # The pins: change one and the next `fleetsight setup` re-installs (the stamp no longer matches).
 KAFKA_VERSION = "4.1.1"
@@ -437,6 +438,12 @@ def install_opensearch(settings: Settings, log: Path) -> None:
 
 
 INSTALL_STEPS = [
+    apt_step(
+        "rsyslog",
+        "Debian's rsyslog with its Kafka (omkafka, imkafka) and Elasticsearch (omelasticsearch) modules",
+        "logs-node, logs-shipper",
+        {"rsyslog": "rsyslogd", "rsyslog-kafka": None, "rsyslog-elasticsearch": None},
+    ),
     InstallStep(
         name="kafka",
         description=f"Kafka {KAFKA_VERSION} (KRaft) jars from Maven Central",

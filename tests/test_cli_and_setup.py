@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetsight import registry
+from fleetsight import setup as setup_mod
 from fleetsight.cli import main
 from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.procs import kill_group, pid_alive
@@ -147,3 +149,39 @@ def test_an_interrupted_install_stops_the_command_it_was_running(tmp_path: Path)
     setup_process.send_signal(signal.SIGINT)
     assert setup_process.wait(timeout=30) != 0
     wait_until(lambda: not pid_alive(child), timeout=10, what="the step's command to be stopped")
+
+
+def test_every_setup_step_is_declared_by_the_component_that_needs_it() -> None:
+    """The core installs nothing of its own: the Debian packages of Alertmanager, rsyslog and Prometheus
+    come with their components' declarations, like every other step."""
+    owners = {
+        step.name: module.__name__.split(".")[0].removeprefix("fleetsight_")
+        for module in registry.component_modules()
+        for step in getattr(module, "INSTALL_STEPS", [])
+    }
+    assert [step.name for step in setup_mod.load_steps()] == list(owners)
+    assert (owners["alertmanager"], owners["rsyslog"], owners["prometheus"]) == (
+        "alerting",
+        "pipelines",
+        "metrics",
+    )
+
+
+def test_apt_steps_refresh_the_package_lists_once_per_setup(tmp_path: Path) -> None:
+    """Two components' apt steps in one run: one `apt-get update`, then one install each. apt-get and sudo
+    are stand-ins on PATH that record their arguments (a test must not install system packages)."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for name, body in [("apt-get", f'echo "$*" >> {calls}'), ("sudo", 'shift; exec "$@"')]:
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "setup.log"
+    script = (
+        "from pathlib import Path; from fleetsight.setup import apt_installer; "
+        f"[apt_installer({{p: None}})(None, Path('{log}')) for p in ('pkg-a', 'pkg-b')]"
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, check=True, timeout=60)
+    lines = calls.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["update", "install", "install"], lines
+    assert lines[1].endswith("pkg-a") and lines[2].endswith("pkg-b"), lines

@@ -1,13 +1,19 @@
 """A production install: `pip install fleetsight` without extras gives unambiguous import names, and the
-node agent runs from it without the twin and without numpy."""
+node agent runs from it without the twin and without numpy; each folder's imports are declared in
+pyproject.toml (the core dependencies or the folder's extra), and nothing declared goes unimported."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +87,78 @@ def test_a_command_whose_extra_is_missing_names_the_extra(production_venv: Path,
         assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])
         assert f"pip install 'fleetsight[{extra}]'" in result.stderr, (args, result.stderr[-2000:])
         assert "Traceback" not in result.stderr, (args, result.stderr[-2000:])
+
+
+# -- Declared dependencies: what each shipped folder imports, against pyproject.toml -------------------
+
+# The extra a folder's imports beyond the core dependencies belong to: the extra named like the folder,
+# or the one named here (the node agent's NVML is optional even within exporters/).
+EXTRA_OF_FOLDER = {"exporters": "gpu", "pipelines": "logs"}
+
+
+def normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {normalised(re.match(r"[A-Za-z0-9._-]+", r)[0]) for r in requirements}  # type: ignore[index]
+
+
+def third_party_imports(folder: Path) -> dict[str, set[str]]:
+    """Top-level module -> files of the folder importing it, leaving out the standard library, the
+    project's own folders and relative imports."""
+    own = {p.name for p in REPO_ROOT.iterdir() if p.is_dir()} | {"fleetsight"}
+    found: dict[str, set[str]] = {}
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {name.split(".")[0] for name in names}:
+                if top not in sys.stdlib_module_names and top not in own and top != "__future__":
+                    found.setdefault(top, set()).add(str(path.relative_to(REPO_ROOT)))
+    return found
+
+
+def check_imports(project: dict[str, Any]) -> tuple[list[str], dict[str, set[str]]]:
+    """Imports of each shipped folder that neither the core nor the folder's extra declares, and the
+    distributions imported by the folders of each extra ("" for the core-only folders)."""
+    core = requirement_names(project["project"]["dependencies"])
+    extras = {
+        name: requirement_names(reqs) for name, reqs in project["project"]["optional-dependencies"].items()
+    }
+    distributions = {
+        m: {normalised(d) for d in ds} for m, ds in importlib.metadata.packages_distributions().items()
+    }
+    problems: list[str] = []
+    imported: dict[str, set[str]] = {name: set() for name in ["", *extras]}
+    for folder_name in project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
+        extra = EXTRA_OF_FOLDER.get(folder_name, folder_name if folder_name in extras else "")
+        for module, files in sorted(third_party_imports(REPO_ROOT / folder_name).items()):
+            provided = distributions.get(module, set())
+            imported[extra] |= provided
+            if not provided & (core | extras.get(extra, set())):
+                where = f"extra {extra!r}" if extra else "the core dependencies (the folder has no extra)"
+                problems.append(
+                    f"{min(files)} imports {module} ({', '.join(provided) or '?'}): not in {where}"
+                )
+    return problems, imported
+
+
+def test_each_folder_imports_only_what_its_extra_declares_and_each_extra_is_imported() -> None:
+    """Every third-party module a shipped folder imports comes from a core dependency or the folder's
+    extra; every core dependency and every extra's dependency is imported by a folder that may use it.
+    (The development environment installs all extras, so every imported module resolves here.)"""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    problems, imported = check_imports(project)
+    unused_core = requirement_names(project["project"]["dependencies"]) - set().union(*imported.values())
+    problems += [f"core dependency {name} is imported by no folder" for name in sorted(unused_core)]
+    for extra, reqs in project["project"]["optional-dependencies"].items():
+        problems += [
+            f"extra {extra!r} declares {name}, imported by none of its folders"
+            for name in sorted(requirement_names(reqs) - imported[extra])
+        ]
+    assert not problems, "\n".join(problems)
