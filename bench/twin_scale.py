@@ -98,7 +98,7 @@ def served_one_core(nodes: int, ticks: int, out: Path) -> None:
         writer.flush_logs()
         for index in range(len(sim.nodes)):  # Prometheus scrapes every node once per tick
             render.dcgm_metrics(sim, index)
-            render.redfish(sim, index, "/redfish/v1/Chassis/1/Power")
+            render.power(sim, index)
         render.ufm_ports(sim)
         render.slurm_jobs(sim)
         if tick == 0:  # the first tick writes every file once: start-up, not the steady state

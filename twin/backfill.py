@@ -10,7 +10,7 @@ What the history holds, produced by the real code wherever the stack has code:
 - the node agent's series (``fleetsight_*``: PCIe, InfiniBand, Xid/SXid and kernel events, BMC, Lustre,
   PCIe probe, collector self-metrics): every ``agent_step`` seconds the twin writes its node files for
   that tick and the real agent (exporters/node.py) of every live node gathers once; its BMC requests
-  are answered in-process by the twin's Redfish renderer (an httpx transport, no socket), so the
+  are answered in-process by the twin's own Redfish routes (an httpx transport, no socket), so the
   agent parses the same JSON as over the network. An agent that restarts with its host keeps its Xid
   counts in a state folder, as the live agent does;
 - the Lustre servers' agents (``job="fleetsight-lustre-server"``, node oss0, mds0...: the Lustre
@@ -29,6 +29,7 @@ blocks folder, never into it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -217,34 +218,16 @@ def write_openmetrics(
 # ------------------------------------------------------------------------------ the exporters
 
 
-def twin_transport(sim: Simulation) -> httpx.MockTransport:
-    """The twin's BMC (Redfish) and UFM answers without a socket, from the same renderers its HTTP
-    server uses (twin/server.py), for the exporters' own HTTP clients."""
+TWIN_URL = "http://twin"  # the in-process host the exporters' clients are pointed at
 
-    def handle(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path.startswith("/bmc/"):
-            node, _, rest = path[len("/bmc/") :].partition("/")
-            index = sim.node_index.get(node)
-            body = render.redfish(sim, index, "/" + rest.strip("/")) if index is not None else None
-            if body is None:
-                return httpx.Response(404, json={"error": {"message": f"{path} not found"}})
-            return httpx.Response(200, json=body, headers={"OData-Version": "4.0"})
-        if path.rstrip("/") == "/ufm/ufmRest/resources/ports":
-            wanted = request.url.params.get_list("system")
-            ports = render.ufm_ports(sim)
-            return httpx.Response(
-                200, json=[p for p in ports if p["system_name"] in wanted] if wanted else ports
-            )
-        if path.rstrip("/") == "/ufm/ufmRest/resources/systems":
-            return httpx.Response(200, json=render.ufm_systems(sim))
-        if path.rstrip("/") == "/ufm/ufmRest/app/events":
-            return httpx.Response(200, json=list(sim.ufm_events))
-        if path.rstrip("/") == "/ufm/csv/metrics":
-            return httpx.Response(200, text=render.ufm_telemetry_csv(sim))
-        return httpx.Response(404, text=f"no such endpoint {path!r}\n")
 
-    return httpx.MockTransport(handle)
+def twin_transport(sim: Simulation) -> httpx.BaseTransport:
+    """The twin's BMC (Redfish) and UFM answers without a socket: the same routes and renderers its
+    HTTP server serves (twin/api.py), for the exporters' own HTTP clients. No lock: the backfill calls
+    between ticks."""
+    from . import api  # FastAPI's import (~0.6 s) only where the exporters run, not for --no-agents
+
+    return api.RouterTransport(api.router(api.Views(sim, contextlib.nullcontext(), TWIN_URL)))
 
 
 def label_text(labels: dict[str, str]) -> str:
@@ -273,7 +256,7 @@ class ExporterCapture:
         self.agents: dict[int, Any] = {}
         self.server_agents = [self._server_agent(name) for name in layout.server_names(self.writer.out)]
         self.fabric = self.fabric_mod.FabricExporter(
-            "http://twin/ufm", "http://twin/ufm/csv/metrics", transport=self.transport
+            f"{TWIN_URL}/ufm", f"{TWIN_URL}/ufm/csv/metrics", transport=self.transport
         )
         self.cluster = sim.scenario.cluster.name
         self.label_cache: dict[tuple, str] = {}
@@ -294,7 +277,7 @@ class ExporterCapture:
                 procfs_root=str(layout.procfs_root(out, name)),
                 kmsg_file=str(layout.kernel_log(out, name)),
                 kernel_log_format=layout.KERNEL_LOG_FORMAT,
-                redfish_url=layout.bmc_url("http://twin", name),
+                redfish_url=layout.bmc_url(TWIN_URL, name),
                 pcie_bandwidth_file=str(layout.pcie_bandwidth_file(out, name)),
                 pcie_probe="file",
                 gpu_map_file=str(gpu_map),

@@ -50,7 +50,7 @@ def cli() -> None:
 
     \b
     Examples:
-      fleetsight twin run --scenario demo --out run/twin --serve --speed realtime
+      fleetsight twin run --scenario demo --out run/data/twin --serve --speed realtime
       fleetsight twin run --scenario eval_medium --out /tmp/eval/twin --truth /tmp/eval/truth.jsonl
       fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
       fleetsight twin calibrate
@@ -124,7 +124,8 @@ def run(
 
     \b
     Examples:
-      fleetsight twin run --scenario demo --out run/twin --serve --speed realtime --listen 127.0.0.1:19100
+      fleetsight twin run --scenario demo --out run/data/twin --serve --speed realtime \\
+        --listen 127.0.0.1:19100
       fleetsight twin run --scenario case_05 --out /tmp/c5/twin --duration 20m
       fleetsight twin run --scenario eval_small --out /tmp/e/twin --truth /tmp/e/truth.jsonl
       fleetsight twin run --scenario eval_small --out /tmp/e/twin --history /tmp/e/tsdb

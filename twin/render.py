@@ -207,88 +207,92 @@ def _odata(path: str, kind: str, **body: Any) -> dict[str, Any]:
     return {"@odata.id": path, "@odata.type": kind, **body}
 
 
-def redfish(sim: Simulation, node: int, path: str) -> dict[str, Any] | None:
-    """The Redfish resource at `path` (below the BMC's base URL), or None when there is none.
+# The one chassis's resources, as @odata.id links rooted at /redfish/v1 (a client appends them to the
+# BMC's base URL). Each function below is one resource's body; twin/api.py routes a path to it.
+CHASSIS = f"/redfish/v1/Chassis/{CHASSIS_ID}"
+SUPPLIES = f"{CHASSIS}/PowerSubsystem/PowerSupplies"
 
-    @odata.id links are the real ones, rooted at /redfish/v1: a client appends them to the base URL."""
-    path = "/" + path.strip("/")
-    chassis = f"/redfish/v1/Chassis/{CHASSIS_ID}"
-    supplies = f"{chassis}/PowerSubsystem/PowerSupplies"
-    psus = sim.psu_ok.shape[1]
-    if path in ("/redfish/v1", "/redfish"):
-        return _odata(
-            "/redfish/v1",
-            "#ServiceRoot.v1_15_0.ServiceRoot",
-            Id="RootService",
-            Name="Root Service",
-            RedfishVersion="1.17.0",
-            UUID=sim.gpu_uuids[node][0].removeprefix("GPU-"),
-            Chassis={"@odata.id": "/redfish/v1/Chassis"},
-            Systems={"@odata.id": "/redfish/v1/Systems"},
-            Managers={"@odata.id": "/redfish/v1/Managers"},
-        )
-    if path == "/redfish/v1/Chassis":
-        return _odata(
-            path,
-            "#ChassisCollection.ChassisCollection",
-            Name="Chassis Collection",
-            Members=[{"@odata.id": chassis}],
-            **{"Members@odata.count": 1},
-        )
-    if path == chassis:
-        return _odata(
-            chassis,
-            "#Chassis.v1_21_0.Chassis",
-            Id=CHASSIS_ID,
-            Name="Computer System Chassis",
-            ChassisType="RackMount",
-            Manufacturer="NVIDIA",
-            Model="DGXH100",
-            SerialNumber=f"TWIN{node:06d}",
-            PowerState="On" if sim.alive[node] else "Off",
-            Status={
-                "State": "Enabled",
-                "Health": _chassis_health(sim, node),
-                "HealthRollup": _chassis_health(sim, node),
-            },
-            Power={"@odata.id": f"{chassis}/Power"},
-            PowerSubsystem={"@odata.id": f"{chassis}/PowerSubsystem"},
-        )
-    if path == f"{chassis}/Power":
-        return _power(sim, node, chassis)
-    if path == f"{chassis}/PowerSubsystem":
-        return _odata(
-            path,
-            "#PowerSubsystem.v1_1_0.PowerSubsystem",
-            Id="PowerSubsystem",
-            Name="Power Subsystem",
-            CapacityWatts=3300.0 * psus,
-            Allocation={"AllocatedWatts": 10200.0, "RequestedWatts": 10200.0},
-            Status={"State": "Enabled", "Health": _chassis_health(sim, node)},
-            PowerSupplies={"@odata.id": supplies},
-            PowerSupplyRedundancy=[
-                {
-                    "RedundancyType": "NPlusM",
-                    "MaxSupportedInGroup": psus,
-                    "MinNeededInGroup": psus - 2,
-                    "Status": {"State": "Enabled", "Health": _chassis_health(sim, node)},
-                }
-            ],
-        )
-    if path == supplies:
-        return _odata(
-            path,
-            "#PowerSupplyCollection.PowerSupplyCollection",
-            Name="Power Supply Collection",
-            Members=[{"@odata.id": f"{supplies}/PSU{i}"} for i in range(psus)],
-            **{"Members@odata.count": psus},
-        )
-    for i in range(psus):
-        if path == f"{supplies}/PSU{i}":
-            return _psu(sim, node, i, f"{supplies}/PSU{i}")
-        if path == f"{supplies}/PSU{i}/Metrics":
-            return _psu_metrics(sim, node, i, f"{supplies}/PSU{i}/Metrics")
-    return None
+
+def psu_count(sim: Simulation) -> int:
+    return int(sim.psu_ok.shape[1])
+
+
+def service_root(sim: Simulation, node: int) -> dict[str, Any]:
+    return _odata(
+        "/redfish/v1",
+        "#ServiceRoot.v1_15_0.ServiceRoot",
+        Id="RootService",
+        Name="Root Service",
+        RedfishVersion="1.17.0",
+        UUID=sim.gpu_uuids[node][0].removeprefix("GPU-"),
+        Chassis={"@odata.id": "/redfish/v1/Chassis"},
+        Systems={"@odata.id": "/redfish/v1/Systems"},
+        Managers={"@odata.id": "/redfish/v1/Managers"},
+    )
+
+
+def chassis_collection(sim: Simulation, node: int) -> dict[str, Any]:
+    return _odata(
+        "/redfish/v1/Chassis",
+        "#ChassisCollection.ChassisCollection",
+        Name="Chassis Collection",
+        Members=[{"@odata.id": CHASSIS}],
+        **{"Members@odata.count": 1},
+    )
+
+
+def chassis(sim: Simulation, node: int) -> dict[str, Any]:
+    return _odata(
+        CHASSIS,
+        "#Chassis.v1_21_0.Chassis",
+        Id=CHASSIS_ID,
+        Name="Computer System Chassis",
+        ChassisType="RackMount",
+        Manufacturer="NVIDIA",
+        Model="DGXH100",
+        SerialNumber=f"TWIN{node:06d}",
+        PowerState="On" if sim.alive[node] else "Off",
+        Status={
+            "State": "Enabled",
+            "Health": _chassis_health(sim, node),
+            "HealthRollup": _chassis_health(sim, node),
+        },
+        Power={"@odata.id": f"{CHASSIS}/Power"},
+        PowerSubsystem={"@odata.id": f"{CHASSIS}/PowerSubsystem"},
+    )
+
+
+def power_subsystem(sim: Simulation, node: int) -> dict[str, Any]:
+    psus = psu_count(sim)
+    return _odata(
+        f"{CHASSIS}/PowerSubsystem",
+        "#PowerSubsystem.v1_1_0.PowerSubsystem",
+        Id="PowerSubsystem",
+        Name="Power Subsystem",
+        CapacityWatts=3300.0 * psus,
+        Allocation={"AllocatedWatts": 10200.0, "RequestedWatts": 10200.0},
+        Status={"State": "Enabled", "Health": _chassis_health(sim, node)},
+        PowerSupplies={"@odata.id": SUPPLIES},
+        PowerSupplyRedundancy=[
+            {
+                "RedundancyType": "NPlusM",
+                "MaxSupportedInGroup": psus,
+                "MinNeededInGroup": psus - 2,
+                "Status": {"State": "Enabled", "Health": _chassis_health(sim, node)},
+            }
+        ],
+    )
+
+
+def power_supplies(sim: Simulation, node: int) -> dict[str, Any]:
+    psus = psu_count(sim)
+    return _odata(
+        SUPPLIES,
+        "#PowerSupplyCollection.PowerSupplyCollection",
+        Name="Power Supply Collection",
+        Members=[{"@odata.id": f"{SUPPLIES}/PSU{i}"} for i in range(psus)],
+        **{"Members@odata.count": psus},
+    )
 
 
 def _chassis_health(sim: Simulation, node: int) -> str:
@@ -301,7 +305,8 @@ def _psu_output(sim: Simulation, node: int) -> np.ndarray:
     return np.where(ok, share, 0.0)
 
 
-def _psu(sim: Simulation, node: int, i: int, path: str) -> dict[str, Any]:
+def psu(sim: Simulation, node: int, i: int) -> dict[str, Any]:
+    path = f"{SUPPLIES}/PSU{i}"
     ok = bool(sim.psu_ok[node, i])
     return _odata(
         path,
@@ -319,7 +324,8 @@ def _psu(sim: Simulation, node: int, i: int, path: str) -> dict[str, Any]:
     )
 
 
-def _psu_metrics(sim: Simulation, node: int, i: int, path: str) -> dict[str, Any]:
+def psu_metrics(sim: Simulation, node: int, i: int) -> dict[str, Any]:
+    path = f"{SUPPLIES}/PSU{i}/Metrics"
     watts = float(_psu_output(sim, node)[i])
     volts = 230.0 + (node * 7 + i) % 5 * 0.4 if sim.psu_ok[node, i] else 0.0
     return _odata(
@@ -335,14 +341,14 @@ def _psu_metrics(sim: Simulation, node: int, i: int, path: str) -> dict[str, Any
     )
 
 
-def _power(sim: Simulation, node: int, chassis: str) -> dict[str, Any]:
+def power(sim: Simulation, node: int) -> dict[str, Any]:
     outputs = _psu_output(sim, node)
     supplies = []
     for i in range(sim.psu_ok.shape[1]):
         ok = bool(sim.psu_ok[node, i])
         supplies.append(
             {
-                "@odata.id": f"{chassis}/Power#/PowerSupplies/{i}",
+                "@odata.id": f"{CHASSIS}/Power#/PowerSupplies/{i}",
                 "MemberId": str(i),
                 "Name": f"PSU{i}",
                 "PowerSupplyType": "AC",
@@ -361,13 +367,13 @@ def _power(sim: Simulation, node: int, chassis: str) -> dict[str, Any]:
     consumed = round(float(sim.node_input_w[node]), 1)
     brake = not sim.psu_ok[node].all()
     return _odata(
-        f"{chassis}/Power",
+        f"{CHASSIS}/Power",
         "#Power.v1_7_1.Power",
         Id="Power",
         Name="Power",
         PowerControl=[
             {
-                "@odata.id": f"{chassis}/Power#/PowerControl/0",
+                "@odata.id": f"{CHASSIS}/Power#/PowerControl/0",
                 "MemberId": "0",
                 "Name": "Chassis Power Control",
                 "PowerConsumedWatts": consumed,

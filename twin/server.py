@@ -1,7 +1,8 @@
 """One loopback HTTP server for every endpoint the twin plays: dcgm-exporter per node, a Redfish BMC
 per node, UFM REST, slurmrestd jobs and Prometheus service discovery. Its root page lists them all.
 
-FastAPI routes, typed by path; uvicorn serves them from a thread beside the simulation. Handlers
+FastAPI routes, typed by path (the Redfish and UFM ones declared in twin/api.py, which the backfill
+answers in-process too); uvicorn serves them from a thread beside the simulation. Handlers
 read the simulation under the runner's lock; a dcgm page is rendered at most once per tick and node.
 A bad path answers 404 with a reason; a handler error answers 500 and is logged, never taking the
 server down. URLs and JSON bodies are those of the real services (and of the twin before FastAPI).
@@ -10,7 +11,6 @@ server down. URLs and JSON bodies are those of the real services (and of the twi
 from __future__ import annotations
 
 import html
-import json
 import logging
 import random
 import socket
@@ -22,24 +22,13 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
+from . import api as routes
 from . import render
+from .api import JSON, text
 from .sim import Simulation
 
 log = logging.getLogger("twin.server")
 PROM_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-
-
-class JSON(Response):
-    """JSON as json.dumps writes it (the bytes the twin always served)."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content).encode()
-
-
-def text(status: int, body: str, media_type: str = "text/plain; charset=utf-8") -> Response:
-    return Response(body.encode(), status_code=status, media_type=media_type)
 
 
 class TwinServer:
@@ -107,13 +96,7 @@ class TwinServer:
             "sim_time": render.iso_now(self.sim),
             "dcgm": {n: f"{base}/dcgm/{n}/metrics" for n in nodes},
             "redfish": {n: f"{base}/bmc/{n}" for n in nodes},
-            "ufm": {
-                "base": f"{base}/ufm",
-                "ports": f"{base}/ufm/ufmRest/resources/ports",
-                "systems": f"{base}/ufm/ufmRest/resources/systems",
-                "events": f"{base}/ufm/ufmRest/app/events",
-                "telemetry": f"{base}/ufm/csv/metrics",
-            },
+            "ufm": routes.ufm_links(base),
             "slurm": {"jobs": f"{base}/slurm/v0.0.40/jobs", "nodes": f"{base}/slurm/v0.0.40/nodes"},
             "targets": {"dcgm": f"{base}/targets/dcgm.json"},
         }
@@ -146,43 +129,7 @@ def app(twin: TwinServer) -> FastAPI:
         status, body = twin.dcgm(node)
         return text(status, body, PROM_TEXT if status == 200 else "text/plain; charset=utf-8")
 
-    @api.get("/bmc/{node}")
-    @api.get("/bmc/{node}/{path:path}")
-    def bmc(node: str, path: str = "") -> Response:
-        sim = twin.sim
-        index = sim.node_index.get(node)
-        if index is None:
-            return JSON(redfish_error(f"unknown node {node!r}"), status_code=404)
-        resource = "/" + path.strip("/")
-        with twin.lock:
-            body = render.redfish(sim, index, resource)
-        if body is None:
-            return JSON(redfish_error(f"resource {resource} not found"), status_code=404)
-        return JSON(body, headers={"OData-Version": "4.0"})
-
-    @api.get("/ufm")
-    @api.get("/ufm/{path:path}")
-    def ufm(request: Request, path: str = "") -> Response:
-        query = request.query_params
-        resource = "/" + path.strip("/")
-        with twin.lock:
-            if resource == "/":
-                return JSON(twin.endpoints()["ufm"])
-            if resource == "/ufmRest/resources/ports":
-                ports = render.ufm_ports(twin.sim)
-                wanted = query.getlist("system")
-                return JSON([p for p in ports if p["system_name"] in wanted] if wanted else ports)
-            if resource == "/ufmRest/resources/systems":
-                return JSON(render.ufm_systems(twin.sim))
-            if resource == "/ufmRest/app/events":
-                events = list(twin.sim.ufm_events)
-                for key in ("severity", "object_name", "category", "type"):
-                    if key in query:
-                        events = [e for e in events if str(e.get(key)) in query.getlist(key)]
-                return JSON(events)
-            if resource == "/csv/metrics":
-                return text(200, render.ufm_telemetry_csv(twin.sim), "text/csv; charset=utf-8")
-        return JSON({"error": f"no UFM resource {resource}"}, status_code=404)
+    api.include_router(routes.router(routes.Views(twin.sim, twin.lock, twin.base_url)))
 
     @api.get("/slurm/v0.0.40/jobs")
     @api.get("/slurm/v0.0.40/jobs/", include_in_schema=False)
@@ -207,16 +154,6 @@ def app(twin: TwinServer) -> FastAPI:
         return text(404, f"no such endpoint {shown!r}; see / for the list\n")
 
     return api
-
-
-def redfish_error(message: str) -> dict[str, Any]:
-    return {
-        "error": {
-            "code": "Base.1.15.ResourceNotFound",
-            "message": message,
-            "@Message.ExtendedInfo": [{"MessageId": "Base.1.15.ResourceNotFound", "Message": message}],
-        }
-    }
 
 
 def index_page(endpoints: dict[str, Any]) -> str:
