@@ -212,6 +212,12 @@ def print_report(report: dict[str, Any]) -> None:
             _fmt(figures["false_flags"]),
         )
     console.print(free)
+    target = report["at_target"]
+    console.print(
+        f"at the targets' set (power brake, thermal, PCIe, gray nodes slowing their job >= 10%): "
+        f"{target['detected']} of {target['episodes']} episodes found, recall {_fmt(target['recall'])}, "
+        f"latency median {_fmt(target['latency_median_s'], 0)} s"
+    )
     cpu = report["detector_cpu_per_cycle_s"]
     console.print(
         f"truth: {report['truth_source']}; detector CPU per cycle: median {_fmt(cpu['median'], 4)} s, "

@@ -91,6 +91,8 @@ class DetectorConfig:
     # (a few nodes' cross-section swings by itself) and have the hardware path below
     hw_lower: float = 0.05  # small jobs' hardware path: power or SM clock (log) this far below the
     # peers' while busier than usual against them (slow_min_effect): the node does more with less
+    step_after: int = 3  # small jobs' step path: the mean residual of the last few counted windows ...
+    step_before: int = 8  # ... against the mean of the windows before them: a sudden, lasting rise
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     seed: int = 0
@@ -157,6 +159,9 @@ class _JobState:
     count: np.ndarray
     own: np.ndarray  # per GPU: usual log tensor activity in calm windows (NaN: not learnt yet)
     recent_resid: deque[np.ndarray]  # the last counted windows' residuals (the slow path)
+    steps: deque[tuple[np.ndarray, np.ndarray]]  # the same with each GPU's log activity, disturbed
+    # windows included (the step path of small jobs) ...
+    rises: deque[np.ndarray]  # ... and the rises it measured lately: their spread is its noise
     slow_mean: np.ndarray | None = None  # their mean, per GPU
     level: float = math.nan  # the busiest node's usual tensor activity
     windows: int = 0  # counted windows so far (the first ``min_history`` are the job's warm-up)
@@ -266,6 +271,8 @@ class Detector:
                 count=np.zeros(shape, dtype=np.int64),
                 own=np.full(shape, np.nan),
                 recent_resid=deque(maxlen=self.config.slow_windows),
+                steps=deque(maxlen=self.config.step_before + self.config.step_after),
+                rises=deque(maxlen=self.config.noise_windows),
                 noise=deque(maxlen=self.config.noise_windows),
                 drift=deque(maxlen=self.config.noise_windows),
                 node_state={n: _NodeState(recent=deque(maxlen=self.config.n)) for n in names},
@@ -405,7 +412,7 @@ class Detector:
         z = candidate.z
         z_clean = np.where(np.isfinite(z), z, 0.0)
         hit = (z_clean >= cfg.z_threshold) & outlier & candidate.kept_pace
-        slow = self._slow_path(state, candidate, window)
+        slow = self._slow_path(state, candidate, window) | self._step_path(state, candidate, window)
         hw_path = self._hardware_path(candidate, window)
         # While the job is disturbed (a loud straggler's peers wait, and waiting activity scatters),
         # a peer can reach a strong z by chance; only the job's top node counts as strong then.
@@ -550,6 +557,45 @@ class Detector:
             slow &= self._hardware_signal(window, candidate.window_nodes)[:, None]
         slow &= candidate.kept_pace
         return np.where(np.isfinite(short), slow, False)
+
+    def _step_path(self, state: _JobState, candidate: _Candidate, window: Window) -> np.ndarray:
+        """Per GPU of a job under ``few_nodes`` nodes: a sudden rise that lasts. Mixture-of-experts
+        routing moves load between a small job's nodes by 15-25 %, but slowly (minutes of memory), so
+        the slow path there needs a hardware signal. A gray node breaks in from one window to the
+        next: the mean residual of the last ``step_after`` windows is above the mean of the
+        ``step_before`` before them by ``strong_effect`` (twice the largest benign effect), each of
+        them by ``slow_min_effect``, and by ``z_threshold`` times the spread of the rises this job
+        showed lately (routing drift and sampling noise included). And the node itself got busier:
+        in two nodes a residual also rises when the *peer's* samples fall (a DCGM sampler that keeps
+        landing in the communication phase for a minute), but a straggler does more of each step
+        itself. Disturbed windows count here: in a few nodes a loud straggler is what disturbs them."""
+        cfg = self.config
+        log_tensor = _safe_log(window.tensor[candidate.window_nodes])
+        state.steps.append((candidate.resid, log_tensor))
+        none = np.zeros(candidate.z.shape, dtype=bool)
+        if len(candidate.window_nodes) >= cfg.few_nodes or len(state.steps) < (state.steps.maxlen or 0):
+            return none
+        resid = np.stack([r for r, _ in state.steps])
+        own = np.stack([t for _, t in state.steps])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # From the node's usual level at the lowest: a node whose peer stops straggling rises
+            # back from below it (it waited), and that is a recovery, not a step.
+            before = np.maximum(np.nanmean(resid[: -cfg.step_after], axis=0), 0.0)
+            rises = resid[-cfg.step_after :] - before
+            rise = np.nanmean(rises, axis=0)
+            lowest = np.nanmin(rises, axis=0)
+            own_rise = np.nanmean(own[-cfg.step_after :], axis=0) - np.nanmean(own[: -cfg.step_after], axis=0)
+        noise = _pooled_spread(state.rises) if len(state.rises) >= cfg.step_before else math.inf
+        self._remember(state.rises, rise, state)
+        hit = (
+            (rise >= cfg.strong_effect)
+            & (lowest >= cfg.slow_min_effect)
+            & (rise >= cfg.z_threshold * noise)
+            & (own_rise >= cfg.own_drop)
+        )
+        finite = np.isfinite(rise) & np.isfinite(lowest) & np.isfinite(own_rise)
+        return np.where(finite, hit, False) & candidate.kept_pace
 
     def _hardware_path(self, candidate: _Candidate, window: Window) -> np.ndarray:
         """Per GPU of a job under ``few_nodes`` nodes: a throttle bit or a downgraded link, with the

@@ -118,6 +118,8 @@ def test_evaluate_cli_json_has_the_contract_keys() -> None:
     assert report["recall"] == 1.0 and report["precision"] == 1.0
     assert report["by_kind"]["psu_failure"]["episodes"] == 1
     assert report["by_kind"]["psu_failure"]["cause_accuracy"] == 1.0
+    # The issue's target population (a 3x power brake is in it), counted apart.
+    assert report["at_target"]["episodes"] == 1 and report["at_target"]["recall"] == 1.0
 
 
 def test_evaluate_cli_rejects_unknown_scenario() -> None:
@@ -238,5 +240,54 @@ def test_four_node_moe_job_swings_raise_no_flag(tmp_path) -> None:
     path.write_text(FOUR_NODE_MOE)
     run = evaluation.run_scenario(path)
     assert run.fault_free and run.hours >= 1
+    flags = [e.straggler.as_dict() for e in run.events["detector"] if e.kind == "flag"]
+    assert flags == [], flags
+
+
+SMALL_MOE_GRAY = """\
+name: small_moe_gray
+description: a gray node (x1.5, no hardware signal) in one of three 2-node mixture-of-experts jobs
+seed: 11
+start: '2026-11-22T06:00:00Z'
+duration: 1h
+tick: 5s
+cluster:
+  name: t
+  nodes: 6
+jobs:
+- {id: '7', name: moe-0, nodes: n0001-n0002, profile: moe-8x22b, checkpoint_interval: 20m}
+- {id: '8', name: moe-1, nodes: n0003-n0004, profile: moe-8x22b, checkpoint_interval: 25m}
+- {id: '9', name: moe-2, nodes: n0005-n0006, profile: moe-8x22b, checkpoint_interval: 15m}
+faults:
+- {kind: gray_slow_node, target: {node: n0001}, onset: 15m, duration: 12m, magnitude: 1.5}
+"""
+
+
+def test_a_gray_node_in_a_two_node_moe_job_is_found_by_its_sudden_rise(tmp_path) -> None:
+    """Routing swings a 2-node MoE job's nodes by 15-25 %, slowly; a gray node has no hardware signal
+    to tell it from that, but it breaks in from one window to the next (the step path). Flagged within
+    three minutes, held while it lasts; its peer, rising back when the fault ends, is not flagged."""
+    path = tmp_path / "small_moe_gray.yaml"
+    path.write_text(SMALL_MOE_GRAY)
+    run = evaluation.run_scenario(path)
+    (episode,) = [e for e in run.episodes if e.counted]
+    assert (episode.job, episode.node, episode.kind) == ("7", "n0001", "gray_slow_node")
+    flags = [e for e in run.events["detector"] if e.kind == "flag"]
+    assert [(f.straggler.job, f.straggler.node, f.straggler.cause) for f in flags] == [
+        ("7", "n0001", "unknown")
+    ]
+    assert episode.onset < flags[0].time <= episode.onset + 180.0
+    clears = [e for e in run.events["detector"] if e.kind == "clear"]
+    assert clears and clears[0].time >= episode.end, "the flag must hold while the fault lasts"
+
+
+def test_two_node_moe_jobs_without_a_fault_raise_no_flag(tmp_path) -> None:
+    """The step path's guard: two hours of three 2-node MoE jobs with their benign disturbances (a
+    peer's sampler landing in the communication phase for a minute looks like a sudden rise too)."""
+    quiet = SMALL_MOE_GRAY.replace("seed: 11", "seed: 12").replace("duration: 1h", "duration: 2h")
+    path = tmp_path / "small_moe_quiet.yaml"
+    path.write_text(quiet.split("faults:")[0] + "faults: []\n")
+    run = evaluation.run_scenario(path)
+    assert run.fault_free and run.hours >= 2
     flags = [e.straggler.as_dict() for e in run.events["detector"] if e.kind == "flag"]
     assert flags == [], flags
