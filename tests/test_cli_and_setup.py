@@ -141,7 +141,14 @@ def test_an_interrupted_install_stops_the_command_it_was_running(tmp_path: Path)
         "from pathlib import Path; from fleetsight.setup import run_logged; "
         f"run_logged(['sh', '-c', 'echo $$ > {pid_file}; exec sleep 600'], Path('{log}'))"
     )
-    setup_process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, stderr=subprocess.DEVNULL)
+    # SIGINT at its default in the child: a suite started in the background (`pytest &`) inherits
+    # SIGINT ignored, and Python then never raises KeyboardInterrupt.
+    setup_process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     child = int(
         wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the step's command")
     )
