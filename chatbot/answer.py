@@ -336,11 +336,14 @@ class Answerer:
             if closest
             else "No runbook shares a word with the question."
         )
-        text = (
-            f"I could not find anything about this in the runbooks, so I will not guess. {nearest} "
-            "Ask about a symptom on the cluster (a GPU error, a slow or failed job, a node, the network "
-            "or storage)."
-        )
+        if context.evidence:  # "is n0003 ok?": the live state above is the answer; no runbook adds to it
+            text = f"That is what the cluster reports now; no runbook matches the question itself. {nearest}"
+        else:
+            text = (
+                f"I could not find anything about this in the runbooks, so I will not guess. {nearest} "
+                "Ask about a symptom on the cluster (a GPU error, a slow or failed job, a node, the network "
+                "or storage)."
+            )
         return Answer(
             question=question,
             text="\n\n".join([*self.live_summary(context), text]),

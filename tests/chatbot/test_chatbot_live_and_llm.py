@@ -93,6 +93,10 @@ def test_a_healthy_node_and_an_unknown_job_are_reported_as_such(
     assert "docs/runbooks/NCCLTimeout.md" in answer.cited_files
     unknown = answerer.answer("is n0999 broken? the GPU fell off the bus")
     assert "health service does not know node n0999" in unknown.notes
+    # Nothing in the runbooks for the question itself: the live state is the answer, said as such.
+    state_only = answerer.answer("is n0003 ok?")
+    assert state_only.declined and state_only.text.startswith("Live (health")
+    assert "n0003 is healthy" in state_only.text and "could not find" not in state_only.text
 
 
 def test_unreachable_services_are_named_and_the_runbooks_still_answer() -> None:
