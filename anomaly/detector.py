@@ -93,6 +93,11 @@ class DetectorConfig:
     # peers' while busier than usual against them (slow_min_effect): the node does more with less
     step_after: int = 3  # small jobs' step path: the mean residual of the last few counted windows ...
     step_before: int = 8  # ... against the mean of the windows before them: a sudden, lasting rise
+    wander_drift: float = 0.025  # a job whose 8-window means wander more than this (log) by
+    # themselves needs a hardware signal on the slow path. Dense jobs' gauge stays at 0.009-0.016;
+    # expert routing builds up over a job's first half hour, the gauge reading 0.025-0.035 there and
+    # ~0.05 later, and at 0.04 the busiest node of a 38-node (gen_7319) or 3-node MoE job was flagged
+    # while it built up
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     seed: int = 0
@@ -551,9 +556,9 @@ class Detector:
             scale = np.maximum(scale, drift)
             self._remember(state.drift, mean, state)
             slow |= (mean >= cfg.slow_min_effect) & (mean / scale >= cfg.z_threshold)
-        if drift > cfg.slow_min_effect / 2:
-            # The job's nodes wander by themselves by half the smallest straggler sought: a mild
-            # straggler cannot be told from the job's own imbalance unless the hardware says so.
+        if drift > cfg.wander_drift:
+            # The job's nodes wander by themselves (expert routing): a mild straggler cannot be told
+            # from the job's own imbalance unless the hardware says so (or it stepped in: step path).
             slow &= self._hardware_signal(window, candidate.window_nodes)[:, None]
         slow &= candidate.kept_pace
         return np.where(np.isfinite(short), slow, False)
@@ -598,8 +603,8 @@ class Detector:
         return np.where(finite, hit, False) & candidate.kept_pace
 
     def _hardware_path(self, candidate: _Candidate, window: Window) -> np.ndarray:
-        """Per GPU of a job under ``few_nodes`` nodes: a throttle bit or a downgraded link, with the
-        GPU busier than usual against its peers while its power or SM clock is below theirs.
+        """Per GPU of a job under ``few_nodes`` nodes, busier than usual against its peers: a throttle
+        bit while its power or SM clock is below theirs, or a downgraded PCIe link on that GPU.
 
         A small job's scale is as wide as its own imbalance (mixture-of-experts routing swings the
         load between two nodes by ~25 %), which can hide even a loud straggler from the z-score.
@@ -611,16 +616,20 @@ class Detector:
         if not 2 <= len(node_idx) < cfg.few_nodes:
             return np.zeros(shape, dtype=bool)
         share = cfg.hardware_share
-        signal = (
-            (np.nan_to_num(window.brake[node_idx]) >= share)
-            | (np.nan_to_num(window.thermal[node_idx]) >= share)
-            | (np.nan_to_num(window.pcie_downgraded[node_idx]) > 0)
+        throttled = (np.nan_to_num(window.brake[node_idx]) >= share) | (
+            np.nan_to_num(window.thermal[node_idx]) >= share
         )
+        link = np.nan_to_num(window.pcie_downgraded[node_idx]) > 0
         power_ratio = candidate.features[:, 1].reshape(shape)
         clock_ratio = candidate.features[:, 2].reshape(shape)
         lower = (np.nan_to_num(power_ratio) <= -cfg.hw_lower) | (np.nan_to_num(clock_ratio) <= -cfg.hw_lower)
+        # A throttled GPU does its work at a lower clock or power. A starved link does not lower either:
+        # the GPU stays busy longer at its clock (power 14-22 % *above* its peers', gen_3026's Gen2 GPU
+        # in a 3-node MoE job), and the downgrade names that very GPU, which no healthy one shows
+        # (unlike the software power-cap bit of busy H100s).
+        signal = (throttled & lower) | link
         busier = np.nan_to_num(candidate.resid, nan=-np.inf) >= cfg.slow_min_effect
-        return signal & lower & busier & candidate.kept_pace
+        return signal & busier & candidate.kept_pace
 
     def _hardware_signal(self, window: Window, node_idx: list[int]) -> np.ndarray:
         """Per node: a throttle bit in most of the window's samples or a downgraded PCIe link."""

@@ -291,3 +291,43 @@ def test_two_node_moe_jobs_without_a_fault_raise_no_flag(tmp_path) -> None:
     assert run.fault_free and run.hours >= 2
     flags = [e.straggler.as_dict() for e in run.events["detector"] if e.kind == "flag"]
     assert flags == [], flags
+
+
+SMALL_MOE_PCIE = """\
+name: small_moe_pcie
+description: a GPU's PCIe link down to Gen2 in a 3-node mixture-of-experts job
+seed: {seed}
+start: '2026-11-22T06:00:00Z'
+duration: 40m
+tick: 5s
+cluster:
+  name: t
+  nodes: 5
+jobs:
+- {{id: '7', name: moe-0, nodes: n0001-n0003, profile: moe-8x22b, checkpoint_interval: 25m,
+   pipeline_stages: 1}}
+- {{id: '8', name: dense-1, nodes: n0004-n0005, profile: llm-8b, checkpoint_interval: 30m}}
+faults:
+- {{kind: pcie_downgrade, target: {{node: n0002, gpu: 5, gen: 2}}, onset: 12m, duration: 12m, magnitude: 2.0}}
+"""
+
+
+@pytest.mark.parametrize("seed", [24, 27])
+def test_a_pcie_downgrade_in_a_three_node_moe_job_and_no_one_else(tmp_path, seed: int) -> None:
+    """A starved link keeps its GPU busy at its clock (power above its peers', not below), so the small
+    jobs' hardware path takes the downgrade itself as the signal (seed 27: an 11 % slowdown missed
+    before). And a peer that routing makes the busiest of the job is not a straggler: with the job's
+    averages already wandering by 3 %, the slow path asks for a hardware signal (seed 24: a peer flagged
+    3 minutes after the fault ended, before)."""
+    path = tmp_path / f"small_moe_pcie_{seed}.yaml"
+    path.write_text(SMALL_MOE_PCIE.format(seed=seed))
+    run = evaluation.run_scenario(path)
+    (episode,) = [e for e in run.episodes if e.counted]
+    flags = [
+        (e.straggler.job, e.straggler.node, e.straggler.cause)
+        for e in run.events["detector"]
+        if e.kind == "flag"
+    ]
+    assert flags == [("7", "n0002", "pcie")], flags
+    first = next(e for e in run.events["detector"] if e.kind == "flag")
+    assert episode.onset < first.time <= episode.onset + 180.0
