@@ -50,11 +50,23 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def ephemeral_port_floor() -> int:
+    """The lowest port the kernel hands out to outgoing connections and ``bind(0)``."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port_base() -> int:
-    """A port base whose component ports (base + each offset) are all free on loopback."""
+    """A port base whose component ports (base + each offset) are all free on loopback, and below the
+    ephemeral range: a port free when checked there can be taken by any client's outgoing connection
+    before the component binds it (alertmanager-b lost base+96 so once: "address already in use")."""
+    offsets = port_offsets().values()
+    top = ephemeral_port_floor() - max(offsets) - 1
     for _ in range(200):
-        base = random.randrange(20000, 58000, 100)
-        if all(port_is_free(base + offset) for offset in port_offsets().values()):
+        base = random.randrange(20000, max(top, 20100), 100)
+        if all(port_is_free(base + offset) for offset in offsets):
             return base
     raise RuntimeError("no free port range found")
 
