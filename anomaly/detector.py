@@ -575,10 +575,11 @@ class Detector:
         landing in the communication phase for a minute), but a straggler does more of each step
         itself. Disturbed windows count here: in a few nodes a loud straggler is what disturbs them."""
         cfg = self.config
-        log_tensor = _safe_log(window.tensor[candidate.window_nodes])
-        state.steps.append((candidate.resid, log_tensor))
         none = np.zeros(candidate.z.shape, dtype=bool)
-        if len(candidate.window_nodes) >= cfg.few_nodes or len(state.steps) < (state.steps.maxlen or 0):
+        if len(candidate.window_nodes) >= cfg.few_nodes:  # big jobs keep no step history at all
+            return none
+        state.steps.append((candidate.resid, _safe_log(window.tensor[candidate.window_nodes])))
+        if len(state.steps) < (state.steps.maxlen or 0):
             return none
         resid = np.stack([r for r, _ in state.steps])
         own = np.stack([t for _, t in state.steps])
@@ -615,11 +616,7 @@ class Detector:
         shape = candidate.z.shape
         if not 2 <= len(node_idx) < cfg.few_nodes:
             return np.zeros(shape, dtype=bool)
-        share = cfg.hardware_share
-        throttled = (np.nan_to_num(window.brake[node_idx]) >= share) | (
-            np.nan_to_num(window.thermal[node_idx]) >= share
-        )
-        link = np.nan_to_num(window.pcie_downgraded[node_idx]) > 0
+        throttled, link = self._gpu_signals(window, node_idx)
         power_ratio = candidate.features[:, 1].reshape(shape)
         clock_ratio = candidate.features[:, 2].reshape(shape)
         lower = (np.nan_to_num(power_ratio) <= -cfg.hw_lower) | (np.nan_to_num(clock_ratio) <= -cfg.hw_lower)
@@ -631,13 +628,19 @@ class Detector:
         busier = np.nan_to_num(candidate.resid, nan=-np.inf) >= cfg.slow_min_effect
         return signal & busier & candidate.kept_pace
 
+    def _gpu_signals(self, window: Window, node_idx: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU: a throttle bit (brake or thermal) in most of the window's samples; a downgraded
+        PCIe link."""
+        share = self.config.hardware_share
+        throttled = (np.nan_to_num(window.brake[node_idx]) >= share) | (
+            np.nan_to_num(window.thermal[node_idx]) >= share
+        )
+        return throttled, np.nan_to_num(window.pcie_downgraded[node_idx]) > 0
+
     def _hardware_signal(self, window: Window, node_idx: list[int]) -> np.ndarray:
         """Per node: a throttle bit in most of the window's samples or a downgraded PCIe link."""
-        share = self.config.hardware_share
-        brake = np.nan_to_num(window.brake[node_idx]).max(axis=1) >= share
-        thermal = np.nan_to_num(window.thermal[node_idx]).max(axis=1) >= share
-        pcie = np.nan_to_num(window.pcie_downgraded[node_idx]).max(axis=1) > 0
-        return brake | thermal | pcie
+        throttled, link = self._gpu_signals(window, node_idx)
+        return (throttled | link).any(axis=1)
 
     def _disturbed(self, state: _JobState, candidate: _Candidate) -> bool:
         """A window where some node is loud, or the peers scatter far more than usual (they wait for

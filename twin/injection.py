@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import random
 from dataclasses import dataclass, field, replace
@@ -245,7 +246,7 @@ class FaultMixin:
         for fault in faults:
             self._modify(fault, m)
         h2d = self.h2d_bandwidth.copy()
-        healthy = self._healthy_h2d()
+        healthy = self._healthy_h2d
         if removed is None:
             h2d[rows] = healthy[rows]
             for fault in faults:
@@ -259,14 +260,12 @@ class FaultMixin:
         per_gpu, _ = self._node_factor(job, what_if=m)
         return _JobPace(per_gpu, m.comm_slow[job.nodes], m.node_stall[job.nodes], 1.0)
 
+    @functools.cached_property
     def _healthy_h2d(self) -> np.ndarray:
         """What each GPU's host-to-device probe would read at its link's max speed and width (the
         links' maxima never change: computed once)."""
-        healthy = getattr(self, "_healthy_h2d_cache", None)
-        if healthy is None:
-            per_lane = np.vectorize(hw.PCIE_GEN_LANE_BYTES.get)(self.pci_max_gen[:, :G])
-            healthy = self._healthy_h2d_cache = (per_lane * self.pci_max_width[:, :G]).astype(float)
-        return healthy
+        per_lane = np.vectorize(hw.PCIE_GEN_LANE_BYTES.get)(self.pci_max_gen[:, :G])
+        return (per_lane * self.pci_max_width[:, :G]).astype(float)
 
     def _effect(self, fault: ActiveFault, source: str, signature: str) -> None:
         fault.effects.append({"source": source, "signature": signature})
