@@ -401,6 +401,7 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
     free_hours = 0.0
     missed: list[dict[str, Any]] = []
     wrong: list[dict[str, Any]] = []
+    held_into = 0
 
     def tallies(episode: Episode) -> list[_Tally]:
         targeted = episode.kind in TARGET_KINDS and episode.slowdown >= TARGET_SLOWDOWN
@@ -451,12 +452,19 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
             else:
                 overall.fp += 1
                 by_kind.setdefault("none", _Tally()).fp += 1
+        held = _held_flags(run.events[method])
         for episode in run.episodes:
             if episode.counted and id(episode) in first_flag:
                 flagged, since = first_flag[id(episode)]
                 for tally in tallies(episode):
                     tally.detected += 1
                     tally.latencies.append(flagged - since)
+            elif episode.counted and _held_into(held, episode):
+                # The node was already flagged (for an earlier fault of it) when this one started
+                # setting the pace, and stayed flagged: the operator saw it. No latency to report.
+                held_into += 1
+                for tally in tallies(episode):
+                    tally.detected += 1
             elif episode.counted:
                 missed.append(_describe(run.name, episode))
     result = overall.figures()
@@ -465,6 +473,7 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
     result["false_flags"] = _r(1000.0 * false_free / free_hours) if free_hours else None
     result["false_flag_count"] = false_free
     result["fault_free_node_hours"] = round(free_hours, 1)
+    result["detected_by_held_flag"] = held_into
     result["missed"] = missed
     result["wrong"] = wrong
     result["by_kind"] = {kind: tally.figures() for kind, tally in sorted(by_kind.items())}
@@ -484,6 +493,31 @@ def _matching(episodes: list[Episode], job: str, node: str, time: float) -> Epis
         return None
     counted = [e for e in hits if e.counted] or [e for e in hits if e.neutral] or hits
     return max(counted, key=lambda e: e.slowdown)
+
+
+def _held_flags(events: list[Event]) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """Per (job, node): the spans from each flag to its clear (open-ended while still flagged)."""
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    raised: dict[tuple[str, str], float] = {}
+    for event in events:
+        key = (event.straggler.job, event.straggler.node)
+        if event.kind == "flag":
+            raised[key] = event.time
+        elif event.kind == "clear" and key in raised:
+            spans.setdefault(key, []).append((raised.pop(key), event.time))
+    for key, since in raised.items():
+        spans.setdefault(key, []).append((since, math.inf))
+    return spans
+
+
+def _held_into(held: dict[tuple[str, str], list[tuple[float, float]]], episode: Episode) -> bool:
+    """A flag of the episode's node, raised before the fault started setting the pace, still held
+    at the start of one of its pacing spans."""
+    return any(
+        raised < start <= cleared
+        for raised, cleared in held.get((episode.job, episode.node), [])
+        for start, _ in episode.pacing
+    )
 
 
 def _describe(scenario: str, episode: Episode) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,10 @@ from support import FLEETSIGHT, free_port, wait_until
 SCENARIO = Path(__file__).resolve().parent / "psu_live.yaml"
 
 
+# Cycles short enough for a twin at 8x (the service's and the replay's alike).
+FAST_CYCLES = ("--interval", "2", "--window", "8s", "--step", "1s")
+
+
 def serve_anomaly(
     log: Path, prometheus_url: str, port: int, slurm_url: str | None = None
 ) -> subprocess.Popen[bytes]:
@@ -39,12 +44,7 @@ def serve_anomaly(
         prometheus_url,
         "--listen",
         f"127.0.0.1:{port}",
-        "--interval",
-        "2",
-        "--window",
-        "8s",
-        "--step",
-        "1s",
+        *FAST_CYCLES,
     ]
     if slurm_url:
         args += ["--slurm-url", slurm_url]
@@ -115,6 +115,7 @@ def test_power_brake_flagged_live_and_in_prometheus(tmp_path: Path, processes: l
     )
     processes.append(prometheus)
     prometheus_url = f"http://127.0.0.1:{prom_port}"
+    started = time.time()
     service_log = tmp_path / "anomaly.log"
     service = serve_anomaly(service_log, prometheus_url, anomaly_port, f"{twin_url}/slurm/v0.0.40/jobs")
     processes.append(service)
@@ -155,7 +156,37 @@ def test_power_brake_flagged_live_and_in_prometheus(tmp_path: Path, processes: l
     flags = [line for line in lines if line["event"] == "straggler_flag"]
     assert [(f["node"], f["cause"]) for f in flags] == [("n0002", "power_brake")]
     assert "power_w_peers_median" in flags[0]["evidence"]
+    replay_finds_the_same_straggler(prometheus_url, f"{twin_url}/slurm/v0.0.40/jobs", started)
     chatbot_explains_the_slow_job(api)
+
+
+def replay_finds_the_same_straggler(prometheus_url: str, slurm_url: str, since: float) -> None:
+    """`fleetsight anomaly replay` over the same Prometheus history, with the service's settings,
+    flags the same node for the same cause, and no other."""
+    replay = subprocess.run(
+        [
+            *FLEETSIGHT,
+            "anomaly",
+            "replay",
+            "--prometheus-url",
+            prometheus_url,
+            "--slurm-url",
+            slurm_url,
+            "--since",
+            f"{since:.3f}",
+            *FAST_CYCLES,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+    assert replay.returncode == 0, replay.stderr
+    events = [json.loads(line) for line in replay.stdout.splitlines()]
+    assert {(e["hpc_job"], e["node"]) for e in events if e["event"] == "flag"} == {("2001", "n0002")}, events
+    assert any(e["node"] == "n0002" and e["cause"] == "power_brake" for e in events), events
+    assert "flag(s)" in replay.stderr
 
 
 def chatbot_explains_the_slow_job(anomaly_api: str) -> None:
