@@ -69,7 +69,7 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
     return decorate
 
 
-@cli.command()
+@cli.command(short_help="Run the service: flag stragglers every cycle, serve the API.")
 @reading_options("slurmrestd jobs URL (…/slurm/v0.0.40/jobs); without it, jobs come from the hpc_job label.")
 @click.option(
     "--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the REST API and /metrics."
@@ -133,7 +133,7 @@ def parse_when(value: str, now: float, hint: str) -> float:
     return when.timestamp()
 
 
-@cli.command()
+@cli.command(short_help="The detector over a past stretch of Prometheus data.")
 @reading_options("slurmrestd jobs URL: jobs as they are *now*; without it, each window's hpc_job labels.")
 @click.option("--since", required=True, help="Start: a duration ago (30m, 2h), unix seconds or ISO 8601.")
 @click.option("--until", "until_", default=None, help="End (same forms; default: now).")
@@ -218,7 +218,7 @@ def _iso(unix: float) -> str:
     return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-@cli.command()
+@cli.command(short_help="Score the detector and two baselines on the twin.")
 @click.option(
     "--scenario",
     "scenarios",
