@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from fleetsight import durations
 
 DEFAULT_LISTEN = "127.0.0.1:19140"
 
@@ -108,29 +109,21 @@ def serve(
     uvicorn.run(create_app(service), host=host or "127.0.0.1", port=int(port), log_level="warning")
 
 
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_when(value: str, now: float, hint: str) -> float:
-    """Unix seconds from a duration ago (90s, 30m, 2h, 1d), unix seconds, or an ISO 8601 time (UTC
+    """Unix seconds from unix seconds, a duration ago (90s, 30m, 2h, 1d) or an ISO 8601 time (UTC
     unless it says otherwise)."""
-    ago = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", value.strip())
-    if ago:
-        return now - float(ago.group(1)) * UNITS[ago.group(2)]
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r}: expected a duration ago (30m, 2h), unix seconds or an ISO 8601 time",
-            param_hint=hint,
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
+    for read in (
+        float,
+        lambda text: now - durations.seconds(text),
+        lambda text: durations.instant(text).timestamp(),
+    ):
+        try:
+            return read(value)
+        except ValueError:
+            pass
+    raise click.BadParameter(
+        f"{value!r}: expected a duration ago (30m, 2h), unix seconds or an ISO 8601 time", param_hint=hint
+    )
 
 
 @cli.command(short_help="The detector over a past stretch of Prometheus data.")
@@ -179,24 +172,26 @@ def replay(
     source = PrometheusSource(prometheus_url, Queries(window, step), slurm_url)
     detector = Detector()
     lines: list[dict[str, Any]] = []
-    with Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} cycles"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("replay", total=cycles)
-        for cycle in range(cycles):
-            at = start + cycle * interval
-            try:
-                # As the event happened: a flag's straggler is updated in place later (score, cause).
-                lines += [_event_line(e) for e in detector.step(source.read(at=at)).events]
-            except SourceError as exc:
-                raise click.ClickException(f"cycle at {_iso(at)}: {exc}") from exc
-            progress.advance(task)
-    source.close()
+    try:
+        with Progress(
+            TextColumn("replaying"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} cycles"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("replay", total=cycles)
+            for cycle in range(cycles):
+                at = start + cycle * interval
+                try:
+                    # As the event happened: a flag's straggler is updated in place later (score, cause).
+                    lines += [_event_line(e) for e in detector.step(source.read(at=at)).events]
+                except SourceError as exc:
+                    raise click.ClickException(f"cycle at {_iso(at)}: {exc}") from exc
+                progress.advance(task)
+    finally:
+        source.close()
     for line in lines:
         if as_json:
             click.echo(json.dumps(line))

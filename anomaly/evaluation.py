@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetsight import durations
 from fleetsight.registry import import_component
 
 from .baselines import StaticPowerBaseline, ZScoreBaseline
@@ -341,7 +342,10 @@ def scenario_ticks(scenario: Any, duration: float | None = None) -> int:
 
 def parse_duration(value: str) -> float:
     """Seconds from a duration as scenarios write it (90s, 5m, 2h) or a plain number of seconds."""
-    seconds = import_component("twin", "scenario").parse_duration(value, "--duration")
+    try:
+        seconds = durations.seconds(value)
+    except ValueError as exc:
+        raise ValueError(f"--duration: {exc}") from None
     if seconds <= 0:
         raise ValueError(f"--duration: must be positive, got {value!r}")
     return float(seconds)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fleetsight import durations
+
 DEFAULT_POLICY = Path(__file__).with_name("policy.yml")
 EFFECTS = ("ignore", "degraded", "unhealthy", "repair")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
 class PolicyError(ValueError):
@@ -21,12 +20,10 @@ class PolicyError(ValueError):
 
 def parse_duration(value: Any, key: str) -> float:
     """Seconds from 30, "30s", "5m", "2h", "1d"."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise PolicyError(f"{key}: {value!r} is not a duration (e.g. 30s, 5m, 2h)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return durations.seconds(value)
+    except ValueError:
+        raise PolicyError(f"{key}: {value!r} is not a duration (e.g. 30s, 5m, 2h)") from None
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,13 @@ import datetime as dt
 import difflib
 import math
 import random
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fleetsight import durations
 
 FAULT_KINDS = (
     "psu_failure",
@@ -158,33 +159,19 @@ class ScenarioError(ValueError):
     """A scenario file that cannot be used, with the reason."""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
 def parse_duration(value: Any, where: str) -> float:
     """Seconds from 90, "90s", "5m", "1.5h", "2d"."""
-    if isinstance(value, bool):
-        raise ScenarioError(f"{where}: expected a duration like 90s, 5m, 2h; got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ScenarioError(f"{where}: expected a duration like 90s, 5m, 2h; got {value!r}")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return durations.seconds(value)
+    except ValueError:
+        raise ScenarioError(f"{where}: expected a duration like 90s, 5m, 2h; got {value!r}") from None
 
 
 def parse_time(value: Any, where: str) -> dt.datetime:
-    if isinstance(value, dt.datetime):
-        moment = value
-    else:
-        try:
-            moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise ScenarioError(f"{where}: expected an ISO 8601 time, got {value!r}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC)
+    try:
+        return durations.instant(value)
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: expected an ISO 8601 time, got {value!r}") from exc
 
 
 @dataclass(frozen=True)
