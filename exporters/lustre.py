@@ -234,11 +234,23 @@ class LustreSource(Source):
         side = "server" if server else "client"
         if component == "llite":
             labels, values = ["fs"], [fs]
-            read_name, write_name = "client_read_bytes", "client_write_bytes"
+            # full names, so that a search for a rule's metric finds its producer (tests tie them)
+            read_name, write_name = (
+                "fleetsight_lustre_client_read_bytes",
+                "fleetsight_lustre_client_write_bytes",
+            )
         else:
             labels, values = ["fs", "target", "component"], [fs, target, component]
-            read_name = "server_read_bytes" if server else "client_target_read_bytes"
-            write_name = "server_write_bytes" if server else "client_target_write_bytes"
+            read_name = (
+                "fleetsight_lustre_server_read_bytes"
+                if server
+                else "fleetsight_lustre_client_target_read_bytes"
+            )
+            write_name = (
+                "fleetsight_lustre_server_write_bytes"
+                if server
+                else "fleetsight_lustre_client_target_write_bytes"
+            )
         summed = component in ("osc", "mdc")
         if summed:
             ops = f.summed(
@@ -262,13 +274,11 @@ class LustreSource(Source):
                 ops.add_metric([*values, line.name], line.count)
             if line.total is not None:
                 if line.name == "read_bytes":
-                    f.counter(
-                        f"fleetsight_lustre_{read_name}", "Bytes read through Lustre.", labels
-                    ).add_metric(values, line.total)
+                    f.counter(read_name, "Bytes read through Lustre.", labels).add_metric(values, line.total)
                 elif line.name == "write_bytes":
-                    f.counter(
-                        f"fleetsight_lustre_{write_name}", "Bytes written through Lustre.", labels
-                    ).add_metric(values, line.total)
+                    f.counter(write_name, "Bytes written through Lustre.", labels).add_metric(
+                        values, line.total
+                    )
                 elif line.name == "req_waittime":
                     f.counter(
                         f"fleetsight_lustre_{side}_rpc_wait_seconds",

@@ -25,6 +25,9 @@ HISTORY_KEPT = 50
 BREAKER_RUNBOOK = "docs/health.md#runbook-healthcircuitbreakeropen"
 
 
+DESCRIPTIVE_LABELS = frozenset({"cause"})
+
+
 @dataclass(frozen=True)
 class Signal:
     """One piece of evidence about one node, as a source saw it."""
@@ -40,7 +43,11 @@ class Signal:
 
     @property
     def key(self) -> str:
-        return f"{self.source}:{self.name}:{json.dumps(self.evidence.get('labels', {}), sort_keys=True)}"
+        """Which reason this signal updates: one per source, signal and identifying labels. Labels that
+        describe rather than identify (a straggler's ``cause``, refined from ``unknown`` to ``thermal``
+        while the flag stands) are left out, so a refinement replaces the reason instead of adding one."""
+        labels = {k: v for k, v in self.evidence.get("labels", {}).items() if k not in DESCRIPTIVE_LABELS}
+        return f"{self.source}:{self.name}:{json.dumps(labels, sort_keys=True)}"
 
 
 @dataclass(frozen=True)

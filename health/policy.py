@@ -42,6 +42,8 @@ class Policy:
     signals: dict[str, str] = field(default_factory=dict)
     unknown_alerts: str = "by_severity"
     runbook_base: str = "docs/runbooks/"
+    # Signals that are not alerts, and the runbook that covers each (policy.yml `runbooks:`).
+    runbooks: dict[str, str] = field(default_factory=dict)
     clean_for_s: float = 300.0
     confirm_for_s: float = 0.0
     auto_drain: bool = True
@@ -65,7 +67,9 @@ class Policy:
         return self.unknown_alerts
 
     def runbook(self, signal: str) -> str:
-        return f"{self.runbook_base}{signal}.md"
+        """The runbook for a signal: the alert's own (``<alertname>.md``), or the one policy.yml names for
+        a signal that is not an alert (``straggler`` -> ``StragglerNode``)."""
+        return f"{self.runbook_base}{self.runbooks.get(signal, signal)}.md"
 
 
 def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
@@ -110,6 +114,7 @@ def from_dict(raw: dict[str, Any]) -> Policy:
             raw.get("unknown_alerts", defaults.unknown_alerts), "unknown_alerts", ("by_severity", *EFFECTS)
         ),
         runbook_base=str(raw.get("runbook_base", defaults.runbook_base)),
+        runbooks={str(k): str(v) for k, v in _section(raw, "runbooks").items()},
         clean_for_s=parse_duration(hysteresis.get("clean_for", "5m"), "hysteresis.clean_for"),
         confirm_for_s=parse_duration(hysteresis.get("confirm_for", 0), "hysteresis.confirm_for"),
         auto_drain=bool(raw.get("auto_drain", True)),

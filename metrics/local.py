@@ -127,13 +127,21 @@ def own_service_target(settings: Settings, job_name: str) -> dict[str, Any] | No
     return {"targets": [f"127.0.0.1:{settings.port(service)}"]}
 
 
+def started_replicas(settings: Settings) -> list[str]:
+    """The Prometheus replicas this stack runs: both unless the state file says otherwise. Scraping a
+    peer that `fleetsight up prometheus` never started would fire ExporterDown for it."""
+    started = started_components(settings)
+    return [r for r in ("A", "B") if started is None or prometheus_name(r) in started]
+
+
 def local_scrape_configs(settings: Settings, production: list[dict[str, Any]]) -> list[dict[str, Any]]:
     declared = declared_jobs(settings)
     jobs = []
     for job in production:
         name = job["job_name"]
         if name == "prometheus":
-            targets = [f"127.0.0.1:{settings.port(prometheus_port_name(r))}" for r in ("A", "B")]
+            replicas = started_replicas(settings)
+            targets = [f"127.0.0.1:{settings.port(prometheus_port_name(r))}" for r in replicas]
             jobs.append({**without_addresses(job), "static_configs": [{"targets": targets}]})
         elif name in declared:
             jobs.append({**without_addresses(job), **addresses_of(declared.pop(name))})

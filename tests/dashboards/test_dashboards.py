@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
+from anomaly.source import Queries
 from dashboards import build, catalog, verify
 from fleetsight.settings import REPO_ROOT, Settings
 from support import StackEnv, wait_until
@@ -92,6 +95,82 @@ def test_every_metric_a_panel_uses_exists(live_metric_names: set[str]) -> None:
         and not any(re.search(rf"\b{name.removesuffix('_total')}\b", text) for text in sources)
     ]
     assert not missing, f"panels use metrics nobody publishes: {missing}"
+
+
+def rule_expressions() -> dict[str, str]:
+    """Every alert and recording rule's expression in rules/*.yml, by rule name."""
+    exprs = {}
+    for path in (REPO_ROOT / "rules").glob("*.yml"):
+        for group in yaml.safe_load(path.read_text()).get("groups", []):
+            for rule in group.get("rules", []):
+                exprs[f"{path.name}:{rule.get('alert') or rule.get('record')}"] = rule["expr"]
+    return exprs
+
+
+def recorded_names() -> set[str]:
+    return {
+        rule["record"]
+        for path in (REPO_ROOT / "rules").glob("*.yml")
+        for group in yaml.safe_load(path.read_text()).get("groups", [])
+        for rule in group.get("rules", [])
+        if "record" in rule
+    }
+
+
+def health_queries() -> dict[str, str]:
+    """The PromQL the health service sends (its ``self.query("...")`` calls)."""
+    tree = ast.parse((REPO_ROOT / "health" / "sources.py").read_text())
+    return {
+        f"health/sources.py:{node.lineno}": node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "query"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+
+def consumer_queries() -> dict[str, str]:
+    """Where each PromQL that a rule, the anomaly service or the health service runs comes from."""
+    queries = Queries()
+    anomaly = {f"anomaly:{k}": v for k, v in {**queries.gpu_fields(), **queries.node_fields()}.items()}
+    return {**rule_expressions(), **anomaly, **health_queries()}
+
+
+RECORDED_NAME = re.compile(r"\b[a-zA-Z_]\w*:[\w:]+")  # level:metric:operations
+RANGE_OR_SUBQUERY = re.compile(r"\[[^\]]*\]")  # [5m], [30s:5s]: their colons are not names
+
+
+def unproduced(queries: dict[str, str], recorded: set[str], produced: set[str], code: list[str]) -> list[str]:
+    """``where: metric`` for each series a query reads that no recording rule records, no scrape holds
+    and no service's code publishes."""
+    missing = []
+    for where, expr in queries.items():
+        expr = RANGE_OR_SUBQUERY.sub("", expr)
+        missing += [f"{where}: {name}" for name in sorted(set(RECORDED_NAME.findall(expr)) - recorded)]
+        for name in sorted(metrics_of(RECORDED_NAME.sub("", expr)) - produced - {"ALERTS"}):
+            stem = name.removesuffix("_total")
+            if not any(re.search(rf"\b{stem}\b", text) for text in code):
+                missing.append(f"{where}: {name}")
+    return missing
+
+
+def test_every_metric_the_rules_and_services_read_is_produced(live_metric_names: set[str]) -> None:
+    """The rules, the anomaly service and the health service read only series that the stack scrapes,
+    a recording rule records, or a service's code publishes (flags and alerts appear only when they
+    fire). Rule files are not publishers: a misspelt name there would otherwise vouch for itself."""
+    code = [path.read_text() for folder in PUBLISHERS for path in (REPO_ROOT / folder).rglob("*.py")]
+    queries = consumer_queries()
+    assert len(queries) > 40 and health_queries(), "the consumers' queries were not found"
+    recorded = recorded_names()
+    assert not unproduced(queries, recorded, live_metric_names, code)
+    # the check can fail: a misspelt metric, or a misspelt recorded series, in a rule is named
+    typo = {"gpu.yml:typo": "DCGM_FI_DEV_POWER_USAGEE > 0 and node:dcgm_power_usage_watt:sum > 0"}
+    assert unproduced(typo, recorded, live_metric_names, code) == [
+        "gpu.yml:typo: node:dcgm_power_usage_watt:sum",
+        "gpu.yml:typo: DCGM_FI_DEV_POWER_USAGEE",
+    ]
 
 
 def shows_on_a_healthy_twin(panel: catalog.Panel) -> bool:

@@ -167,3 +167,32 @@ def test_policy_errors_name_the_key(tmp_path: Path) -> None:
     bad.write_text("signals: [unclosed")
     with pytest.raises(PolicyError, match="not valid YAML"):
         load(bad)
+
+
+def test_a_refined_cause_updates_the_reason_in_place() -> None:
+    """The anomaly service refines a flag's cause while it stands (unknown -> thermal): the node keeps one
+    reason for that flag, now naming the new cause, not one reason per cause it was ever given."""
+
+    def straggler(cause: str) -> Signal:
+        labels = {"hpc_job": "4101", "cause": cause}
+        return Signal("e05", "straggler", "anomaly", 0.0, "degraded", evidence={"labels": labels})
+
+    engine = HealthEngine(POLICY)
+    engine.update(observe(straggler("unknown")), now=100)
+    engine.update(observe(straggler("thermal")), now=105)
+    reasons = engine.snapshot()["nodes"]["e05"]["reasons"]
+    assert [r["signal"] for r in reasons] == ["straggler"]
+    assert reasons[0]["evidence"]["labels"]["cause"] == "thermal"
+    # another job's flag on the same node is another reason
+    other = Signal("e05", "straggler", "anomaly", 0.0, "degraded", evidence={"labels": {"hpc_job": "4102"}})
+    engine.update(observe(straggler("thermal"), other), now=110)
+    assert len(engine.snapshot()["nodes"]["e05"]["reasons"]) == 2
+
+
+def test_every_signal_of_the_shipped_policy_has_a_runbook_that_exists() -> None:
+    """Every runbook the health service hands out resolves to a file, aliases (straggler) included."""
+    repo = Path(__file__).resolve().parents[2]
+    policy = load()
+    missing = {s: policy.runbook(s) for s in policy.signals if not (repo / policy.runbook(s)).is_file()}
+    assert not missing, f"signals whose runbook does not exist: {missing}"
+    assert policy.runbook("straggler") == "docs/runbooks/StragglerNode.md"

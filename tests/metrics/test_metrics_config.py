@@ -65,6 +65,23 @@ def test_each_replica_runs_production_with_local_addresses(
     assert {"prometheus", "dcgm", "fleetsight-node", "fleetsight-fabric", "node"} <= jobs
 
 
+def test_one_replica_scrapes_only_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleetsight up prometheus` starts replica A alone: its prometheus job must not list the peer that
+    never started (a target that is always down fires ExporterDown for it)."""
+    settings = settings_for(tmp_path, monkeypatch)
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    state = {"components": [{"name": "prometheus"}, {"name": "alertmanager"}]}
+    (settings.run_dir / "state.json").write_text(json.dumps(state))
+    config = local.prometheus_config(settings, "A")
+    (job,) = [job for job in config["scrape_configs"] if job["job_name"] == "prometheus"]
+    assert job["static_configs"] == [{"targets": [f"127.0.0.1:{settings.port('prometheus')}"]}]
+    state["components"].append({"name": "prometheus-b"})
+    (settings.run_dir / "state.json").write_text(json.dumps(state))
+    config = local.prometheus_config(settings, "A")
+    (job,) = [job for job in config["scrape_configs"] if job["job_name"] == "prometheus"]
+    assert len(job["static_configs"][0]["targets"]) == 2
+
+
 def test_production_scrape_intervals() -> None:
     intervals = {
         name: job.get("scrape_interval", PRODUCTION["global"]["scrape_interval"])
