@@ -1,31 +1,21 @@
-"""`fleetsight anomaly` sub-commands: serve the straggler detector, replay it over Prometheus's history,
-evaluate it on the twin."""
+"""`fleetsight anomaly` sub-commands: serve the straggler detector, replay it over Prometheus's history.
+Its scores on the twin are the evaluation layer's (`fleetsight evaluate anomaly`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import logging
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
 from fleetsight import durations
+from fleetsight.logs import setup_logging
 
 DEFAULT_LISTEN = "127.0.0.1:19140"
-
-
-def setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per PromQL query is noise
 
 
 @click.group(name="anomaly", context_settings={"help_option_names": ["-h", "--help"]})
@@ -35,8 +25,6 @@ def cli() -> None:
     \b
     Examples:
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19110
-      fleetsight anomaly evaluate --scenario case_01 --scenario fault_free_day
-      fleetsight anomaly evaluate --scenario anomaly/eval/scenarios/gray_x110_16n.yaml --json
       fleetsight anomaly replay --prometheus-url http://127.0.0.1:19090 --since 2h
     """
 
@@ -211,146 +199,3 @@ def _event_line(event: Any) -> dict[str, Any]:
 
 def _iso(unix: float) -> str:
     return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-@cli.command(short_help="Score the detector and two baselines on the twin.")
-@click.option(
-    "--scenario",
-    "scenarios",
-    multiple=True,
-    required=True,
-    help="Twin scenario file or shipped name (twin/scenarios, anomaly/eval/scenarios); repeatable.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("--cycle", type=float, default=30.0, show_default=True, help="Detection cycle (s).")
-@click.option(
-    "--duration",
-    help="Simulate only the first part of each scenario (90s, 30m, 2h; as `twin run --duration`).",
-)
-@click.option(
-    "--flags-out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write every flag/clear as JSON lines.",
-)
-def evaluate(
-    scenarios: tuple[str, ...], as_json: bool, cycle: float, duration: str | None, flags_out: Path | None
-) -> None:
-    """Run the detector and two baselines over the twin's simulated data (offline) and score them.
-
-    Prints precision, recall, F1 and latency per fault kind and slowdown band, and false flags per
-    1,000 node-hours on fault-free scenarios, for the detector and, beside it, the static power
-    threshold and the plain per-job z-score.
-
-    \b
-    Examples:
-      fleetsight anomaly evaluate --scenario case_01
-      fleetsight anomaly evaluate $(printf -- "--scenario %s " anomaly/eval/scenarios/*.yaml) --json
-      fleetsight anomaly evaluate --scenario fault_free_day --flags-out /tmp/flags.jsonl
-      fleetsight anomaly evaluate --scenario mixed_day --duration 8h
-    """
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from . import evaluation
-
-    try:
-        paths = [evaluation.resolve_scenario(s) for s in scenarios]
-        seconds = evaluation.parse_duration(duration) if duration else None
-        ticks = evaluation.total_ticks(paths, seconds)
-    except (FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("simulating"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("twin", total=ticks)
-        runs = [
-            evaluation.run_scenario(p, cycle, lambda n: progress.advance(task, n), seconds) for p in paths
-        ]
-    report = evaluation.report(runs, cycle)
-    if flags_out is not None:
-        with flags_out.open("w") as handle:
-            for line in evaluation.flag_log(runs):
-                handle.write(json.dumps(line) + "\n")
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def print_report(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    methods = {"detector": report, **report["baselines"]}
-    table = Table(
-        title="Stragglers per fault kind and slowdown band (episodes = faults that slow a job >= 5%)"
-    )
-    for column in (
-        "method",
-        "kind",
-        "band",
-        "episodes",
-        "precision",
-        "recall",
-        "F1",
-        "lat. median s",
-        "lat. p95 s",
-    ):
-        table.add_column(column, justify="left" if column in ("method", "kind", "band") else "right")
-    for name, figures in methods.items():
-        rows = [("all", "all", figures)]
-        rows += [(r["kind"], r["band"], r) for r in figures["by_kind_band"]]
-        for kind, band, r in rows:
-            table.add_row(
-                name,
-                kind,
-                band,
-                str(r["episodes"]),
-                _fmt(r["precision"]),
-                _fmt(r["recall"]),
-                _fmt(r["f1"]),
-                _fmt(r["latency_median_s"], 0),
-                _fmt(r["latency_p95_s"], 0),
-            )
-        table.add_section()
-    console.print(table)
-    free = Table(title="Fault-free scenarios")
-    for column in ("method", "false flags", "node-hours", "per 1,000 node-hours"):
-        free.add_column(column)
-    for name, figures in methods.items():
-        free.add_row(
-            name,
-            str(figures["false_flag_count"]),
-            _fmt(figures["fault_free_node_hours"], 1),
-            _fmt(figures["false_flags"]),
-        )
-    console.print(free)
-    target = report["at_target"]
-    console.print(
-        f"at the targets' set (power brake, thermal, PCIe, gray nodes slowing their job >= 10%): "
-        f"{target['detected']} of {target['episodes']} episodes found, recall {_fmt(target['recall'])}, "
-        f"latency median {_fmt(target['latency_median_s'], 0)} s"
-    )
-    if report["detected_by_held_flag"]:
-        console.print(
-            f"{report['detected_by_held_flag']} episode(s) found by a flag already held on the node "
-            "(raised for an earlier fault of it): counted as found, no latency"
-        )
-    cpu = report["detector_cpu_per_cycle_s"]
-    console.print(
-        f"truth: {report['truth_source']}; detector CPU per cycle: median {_fmt(cpu['median'], 4)} s, "
-        f"max {_fmt(cpu['max'], 4)} s; cause right on {_fmt(report['cause_accuracy'])} of true flags"
-    )

@@ -3,17 +3,12 @@ serves /metrics (scraped as job "anomaly", which the StragglerNode alert reads) 
 
 from __future__ import annotations
 
-import sys
-
-from fleetsight.components import Component, http_ok, scrape_own_port
+from fleetsight.components import Component, fleetsight_command, http_ok, scrape_own_port
 from fleetsight.settings import Settings
 
 
 def command(settings: Settings) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "fleetsight.cli",
+    return fleetsight_command(
         "anomaly",
         "serve",
         "--prometheus-url",
@@ -22,7 +17,7 @@ def command(settings: Settings) -> list[str]:
         settings.url("twin", "/slurm/v0.0.40/jobs"),
         "--listen",
         f"{settings.host}:{settings.port('anomaly')}",
-    ]
+    )
 
 
 COMPONENTS = [
@@ -45,4 +40,4 @@ COMPONENTS = [
 ]
 
 PORTS = {"anomaly": 140}
-CLI = {"anomaly": (".cli", "straggler detection: serve it, evaluate it on the twin")}
+CLI = {"anomaly": (".cli", "straggler detection: serve it, replay it over Prometheus history")}

@@ -1,7 +1,8 @@
-"""Markdown tables from `fleetsight anomaly evaluate --json`: the detector per band (and per fault kind
+"""Markdown tables from `fleetsight evaluate anomaly --json`: the detector per band (and per fault kind
 and band) with both baselines beside it, and the false flags on fault-free scenarios.
 
-    fleetsight anomaly evaluate $(printf -- "--scenario %s " anomaly/eval/scenarios/*.yaml) --json > e.json
+    fleetsight evaluate anomaly $(printf -- "--scenario %s " evaluation/scenarios/anomaly/*.yaml) --json \
+        > e.json
     python bench/anomaly_eval_table.py e.json [--kinds] [--misses]
 
 `--misses` lists the detector's missed episodes (with how long each fault set its job's pace and how

@@ -1,4 +1,4 @@
-"""Write random evaluation scenarios for the straggler detector (anomaly/eval/scenarios/gen_*.yaml).
+"""Write random evaluation scenarios for the straggler detector (evaluation/scenarios/anomaly/gen_*.yaml).
 
 The shipped scenarios are hand-written; a detector tuned to them proves little. This draws clusters of
 4 to 64 nodes with one to four jobs (dense and mixture-of-experts, small jobs included), one to three
@@ -9,7 +9,7 @@ every sixth. The twin adds its benign
 disturbances (data-loader hiccups, OS jitter, slow logging) from each scenario's seed.
 
     python bench/anomaly_scenarios.py --first-seed 3000 --count 30    # writes gen_3000 .. gen_3029
-    fleetsight anomaly evaluate --scenario anomaly/eval/scenarios/gen_*.yaml
+    fleetsight evaluate anomaly --scenario evaluation/scenarios/anomaly/gen_*.yaml
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-OUT = Path(__file__).resolve().parent.parent / "anomaly" / "eval" / "scenarios"
+OUT = Path(__file__).resolve().parent.parent / "evaluation" / "scenarios" / "anomaly"
 PROFILES = ("llm-8b", "llm-20b", "llm-70b", "moe-8x22b", "vision")
 KINDS = ("gray_slow_node", "thermal_throttle", "pcie_downgrade", "psu_failure")
 

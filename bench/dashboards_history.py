@@ -9,7 +9,7 @@ data, why not when it does not, and the wall time of each stage.
     .venv/bin/python bench/dashboards_history.py --duration 24h --agent-step 120s --report /tmp/day
 
 With --report DIR it also runs `fleetsight report` over the span on the same Prometheus (DIR/report.html,
-DIR/report.json) and prints its KPIs next to the twin's truth (dashboards/report_truth.py).
+DIR/report.json) and prints its KPIs next to the twin's truth (evaluation/report.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from dashboards.history import check_history  # noqa: E402 - after the path is set
-from dashboards.report_truth import report_against_truth  # noqa: E402
+from evaluation.dashboards import check_history  # noqa: E402 - after the path is set
+from evaluation.report import report_against_truth  # noqa: E402
 
 
 def main() -> None:

@@ -24,13 +24,14 @@ import random
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import yaml
+
+from health.component import serve_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -187,21 +188,13 @@ def main() -> None:
     policy["circuit_breaker"].update(max_cluster_fraction=0.05, max_unit_fraction=0.5)
     (folder / "policy.yml").write_text(yaml.safe_dump(policy))
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "fleetsight.cli",
-        "health",
-        "serve",
-        "--policy",
-        str(folder / "policy.yml"),
-        "--listen",
+    command = serve_command(
         f"127.0.0.1:{port}",
-        "--nodes-file",
-        str(folder / "nodes.txt"),
-        "--state-dir",
-        str(folder / "state"),
-    ] + (["--alertmanager-url", am_url] if am_url else [])
+        folder / "state",
+        policy=folder / "policy.yml",
+        alertmanagers=[am_url] if am_url else None,
+        extra=("--nodes-file", str(folder / "nodes.txt")),
+    )
     log = (folder / "server.log").open("wb")
     server = subprocess.Popen(command, cwd=REPO, env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT)
     try:

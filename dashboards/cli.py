@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import click
 
@@ -112,56 +111,3 @@ def verify_command(
         click.echo("types: ok" if typed else f"types: FAILED\n{output}")
         ok = ok and typed
     sys.exit(0 if ok else 1)
-
-
-@cli.command("verify-history")
-@click.option("--scenario", default="mixed_day", show_default=True, help="Twin scenario file or name.")
-@click.option("--duration", default="15m", show_default=True, help="How much of the scenario to backfill.")
-@click.option("--agent-step", default="30s", show_default=True, help="Node agents' scrape interval.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def verify_history_command(scenario: str, duration: str, agent_step: str, as_json: bool) -> None:
-    """Run every panel's PromQL over the twin's backfilled history (a real Prometheus on the blocks of
-    `fleetsight twin backfill`, with the recording rules the panels read), each as a range query over
-    the span. Lists the panels that return nothing and why; exits 1 when a query is refused or a panel
-    is empty for no reason (not a live-only series, not a fault filter).
-
-    \b
-    Examples:
-      fleetsight dashboards verify-history
-      fleetsight dashboards verify-history --scenario mixed_day --duration 2h --agent-step 60s --json
-    """
-    import json
-    from dataclasses import asdict
-
-    from fleetsight.registry import import_component
-
-    from .history import check_history
-
-    path = import_component("twin", "cli").resolve_scenario(scenario)
-    check = check_history(path, duration, agent_step, verify_work_root())
-    refused = [r for r in check.results if r.error]
-    if as_json:
-        click.echo(json.dumps(asdict(check), indent=2))
-    else:
-        click.echo(f"{check.scenario} {check.start} .. {check.end}; variables {check.variables}")
-        for r in refused:
-            click.echo(f"REFUSED {r.dashboard} / {r.panel}: {r.error}\n    {r.expr}")
-        for r in check.empty():
-            click.echo(f"empty query  {r.dashboard} / {r.panel}: {r.why_empty or 'no reason'}")
-        empty = check.empty_panels()
-        for (dashboard, panel), reason in empty.items():
-            click.echo(f"EMPTY PANEL  {dashboard} / {panel}: {reason or 'NO REASON'}")
-        panels = len({(r.dashboard, r.panel) for r in check.results})
-        click.echo(
-            f"{len(check.results)} queries ({len(check.empty())} empty, {len(refused)} refused); "
-            f"{panels} panels: {panels - len(empty)} with data, {len(empty)} empty "
-            f"({len(check.unexplained())} without a reason)"
-        )
-    sys.exit(1 if refused or check.unexplained() else 0)
-
-
-def verify_work_root() -> Path | None:
-    import os
-
-    value = os.environ.get("FLEETSIGHT_EVAL_TMP")
-    return Path(value) if value else None

@@ -4,7 +4,8 @@ The node agent knows nothing of the twin. One agent process serves every twin no
 (``--nodes-file``: ``/nodes/<node>/metrics`` each, and ``/targets.json``, which Prometheus reads through
 ``http_sd_configs``), because a process per node does not fit a laptop once the twin has more than a
 handful of nodes. Building that list from the twin's output is this runner's business: ``prepare``
-writes it before each start, with the twin's output layout as ``twin/layout.py`` defines it. In
+writes it before each start, from the sources each node lists in the twin's meta.json (a file format,
+documented in docs/twin.md; no twin code is loaded). In
 production it is one agent per node (``fleetsight exporter node``), found through file_sd
 (metrics/prometheus.yml).
 """
@@ -12,12 +13,10 @@ production it is one agent per node (``fleetsight exporter node``), found throug
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from fleetsight.components import Component, http_ok
-from fleetsight.registry import import_component
+from fleetsight.components import Component, fleetsight_command, http_ok
 from fleetsight.settings import Settings
 
 
@@ -30,30 +29,40 @@ def nodes_file(settings: Settings) -> Path:
     return settings.data_dir("exporter-node") / "nodes.json"
 
 
+def read_meta(out: Path) -> dict[str, Any]:
+    """The twin's meta.json (docs/twin.md, "Outputs"), or {} while it is not written yet."""
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def node_entries(out: Path, twin_url: str, gpu_maps: Path) -> list[dict[str, Any]]:
     """One nodes-file entry per node of the twin's output folder ``out``, in the agent's own option
-    names; each node's GPU map is written under ``gpu_maps``."""
-    # The stack runner reads the twin's layout; the agent never does.
-    layout = import_component("twin", "layout")
-
-    gpus = layout.node_gpus(out)
+    names, from the sources each node lists in the twin's meta.json; each node's GPU map is written
+    under ``gpu_maps``."""
     entries = []
-    for node in layout.node_names(out):
+    for node in read_meta(out).get("nodes", []):
+        sources = node.get("sources") if isinstance(node, dict) else None
+        if not isinstance(sources, dict):
+            continue  # a meta.json of an older twin: no sources listed
         entry: dict[str, Any] = {
-            "node": node,
-            "sysfs_root": str(layout.sysfs_root(out, node)),
-            "procfs_root": str(layout.procfs_root(out, node)),
-            "kmsg_file": str(layout.kernel_log(out, node)),
-            "kernel_log_format": layout.KERNEL_LOG_FORMAT,
-            "redfish_url": layout.bmc_url(twin_url, node),
-            "pcie_bandwidth_file": str(layout.pcie_bandwidth_file(out, node)),
+            "node": node["name"],
+            "sysfs_root": str(out / sources["sysfs_root"]),
+            "procfs_root": str(out / sources["procfs_root"]),
+            "kmsg_file": str(out / sources["kernel_log"]),
+            "kernel_log_format": sources["kernel_log_format"],
+            "redfish_url": twin_url.rstrip("/") + sources["bmc_path"],
+            "pcie_bandwidth_file": str(out / sources["pcie_bandwidth_file"]),
             "pcie_probe": "file",
         }
-        if gpus.get(node):
+        gpus = [{k: gpu.get(k) for k in ("gpu", "pci_bdf", "uuid")} for gpu in node.get("gpus", [])]
+        if gpus:
             # The twin's GPUs by PCI address, so that Xids name them from the first scrape on.
             gpu_maps.mkdir(parents=True, exist_ok=True)
-            (gpu_maps / f"{node}.json").write_text(json.dumps(gpus[node]))
-            entry["gpu_map"] = str(gpu_maps / f"{node}.json")
+            (gpu_maps / f"{node['name']}.json").write_text(json.dumps(gpus))
+            entry["gpu_map"] = str(gpu_maps / f"{node['name']}.json")
         entries.append(entry)
     return entries
 
@@ -72,7 +81,7 @@ def prepare_nodes_file(settings: Settings) -> None:
 
 def node_command(settings: Settings) -> list[str]:
     return [
-        sys.executable, "-m", "fleetsight.cli", "exporter", "node",
+        *fleetsight_command("exporter", "node"),
         "--nodes-file", str(nodes_file(settings)),
         "--listen", f"127.0.0.1:{settings.port('exporter_node')}",
         "--state-dir", str(settings.data_dir("exporter-node") / "state"),
@@ -83,7 +92,7 @@ def node_command(settings: Settings) -> list[str]:
 
 def fabric_command(settings: Settings) -> list[str]:
     return [
-        sys.executable, "-m", "fleetsight.cli", "exporter", "fabric",
+        *fleetsight_command("exporter", "fabric"),
         "--ufm-url", settings.url("twin", "/ufm"),
         "--ufm-telemetry-url", settings.url("twin", "/ufm/csv/metrics"),
         "--listen", f"127.0.0.1:{settings.port('exporter_fabric')}",
@@ -94,9 +103,7 @@ def fabric_command(settings: Settings) -> list[str]:
 def cluster_label(settings: Settings) -> list[dict[str, Any]]:
     """The twin's cluster name on every series, as its dcgm-exporter targets carry it: without it one
     fault's alerts split in two (one per `cluster` value) and inhibitions that match on it fail."""
-    layout = import_component("twin", "layout")
-
-    cluster = layout.read_meta(twin_dir(settings)).get("cluster")
+    cluster = read_meta(twin_dir(settings)).get("cluster")
     return [{"target_label": "cluster", "replacement": str(cluster)}] if cluster else []
 
 

@@ -9,6 +9,7 @@ it serves. Each component folder declares its own in its ``component.py`` (``COM
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,12 @@ class Component:
     default: bool = True
     """Whether ``fleetsight up`` starts it when no component is named."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def fleetsight_command(*args: str) -> list[str]:
+    """The command line of a `fleetsight ...` sub-command run by this Python (the stack's processes,
+    the evaluation's stacks): the same interpreter and environment as the caller, no PATH lookup."""
+    return [sys.executable, "-m", "fleetsight.cli", *args]
 
 
 def load_components() -> dict[str, Component]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, binary_version, go_env, remove_leftovers, run_logged
+from fleetsight.setup import InstallError, InstallStep, binary_version, go_env, remove_leftovers, run_logged
 
 VERSION_PACKAGE = "github.com/prometheus/common/version"
 
@@ -62,6 +62,17 @@ class GoModuleBuild:
                 f"-X {VERSION_PACKAGE}.Branch={self.branch}",
                 f"-X {VERSION_PACKAGE}.BuildUser=fleetsight-setup",
             ]
+        )
+
+    def install_step(self, name: str, description: str, needed_by: str, eta: str) -> InstallStep:
+        """The `fleetsight setup` step that builds this binary when it is missing or not the pinned one."""
+        return InstallStep(
+            name=name,
+            description=description,
+            needed_by=needed_by,
+            check=self.present,
+            install=self.install,
+            eta=eta,
         )
 
     def download_source(self, log: Path) -> Path:

@@ -171,14 +171,3 @@ def reset() -> None:
     """Forget what was found (tests that add a component folder at run time)."""
     _modules_for.cache_clear()
     _BROKEN.clear()
-
-
-def import_component(folder: str, module: str) -> ModuleType:
-    """Module ``module`` of the component in folder ``folder``, whatever name it is installed under
-    (``twin`` in a checkout, ``fleetsight_twin`` from the wheel). For the stack runner's glue and the
-    evaluation tools only: a component's service never imports another component."""
-    for candidate in component_modules():
-        package = candidate.__package__ or ""
-        if package in (folder, f"fleetsight_{folder}"):
-            return importlib.import_module(f"{package}.{module}")
-    raise RegistryError(f"no component folder {folder!r} is installed (needed for its {module!r})")

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 import httpx
 
+from fleetsight.logs import setup_logging
 from fleetsight.settings import Settings
 
 from . import prolog, sync
@@ -23,15 +24,6 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 def default_url() -> str:
     return Settings().url("health")
-
-
-def setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per source read is noise
 
 
 @click.group(name="health", context_settings=CONTEXT)
@@ -337,62 +329,3 @@ def slurm_local(folder: Path, node_list: str, port: int | None) -> None:
         pass
     finally:
         slurm.stop()
-
-
-@cli.command("twin-check", context_settings=CONTEXT)
-@click.option(
-    "--scenario",
-    "scenario",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    required=True,
-    help="Twin scenario YAML to play in real time.",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Folder for the stack's run directory, logs and the report.",
-)
-@click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_POLICY,
-    show_default=True,
-)
-@click.option(
-    "--port-base", type=int, default=None, help="Port base of this stack (default: the environment's)."
-)
-@click.option(
-    "--settle", default="60s", show_default=True, help="Keep watching this long after the scenario ends."
-)
-def twin_check(scenario: Path, out: Path, policy_path: Path, port_base: int | None, settle: str) -> None:
-    """Play a twin scenario on a live stack (exporters, Prometheus + rules, Alertmanager, anomaly, health)
-    and report, per fault, the state and reason its node reached and how long after onset.
-
-    Writes OUT/report.json and OUT/report.md; prints the table.
-
-    \b
-    Examples:
-      fleetsight health twin-check --scenario tests/health/scenarios/health_faults.yaml --out /tmp/hc
-      fleetsight health twin-check --scenario mass.yaml --out /tmp/mf --port-base 36000
-    """
-    from .policy import parse_duration
-    from .twin_check import markdown, run_check
-
-    try:
-        load(policy_path)
-        settle_s = parse_duration(settle, "--settle")
-    except PolicyError as exc:
-        raise click.ClickException(str(exc)) from exc
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        report = run_check(scenario, out, port_base or Settings().port_base, policy_path, settle_s)
-    except RuntimeError as exc:
-        raise click.ClickException(str(exc)) from exc
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    table = markdown(report["rows"])
-    (out / "report.md").write_text(table + "\n")
-    click.echo(table)
-    for name, problem in report["problems"].items():
-        click.echo(f"component {name}: {problem}", err=True)

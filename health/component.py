@@ -3,33 +3,48 @@ twin's slurmrestd-style jobs endpoint), and Prometheus scrapes its ``fleetsight_
 
 from __future__ import annotations
 
-import sys
+from pathlib import Path
 
-from fleetsight.components import Component, http_ok, scrape_own_port
+from fleetsight.components import Component, fleetsight_command, http_ok, scrape_own_port
 from fleetsight.settings import Settings
 from fleetsight.setup import apt_step
 
 
+def serve_command(
+    listen: str,
+    state_dir: Path,
+    *,
+    policy: Path | None = None,
+    cluster: str | None = None,
+    alertmanagers: list[str] | None = None,
+    prometheus: str | None = None,
+    scheduler: str | None = None,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """`fleetsight health serve` with the given sources: the one place its command line is built (the
+    local stack, the evaluation's twin check, tests and benches)."""
+    options = {
+        "--policy": str(policy) if policy else None,
+        "--listen": listen,
+        "--alertmanager-url": ",".join(alertmanagers) if alertmanagers else None,
+        "--prometheus-url": prometheus,
+        "--scheduler-url": scheduler,
+        "--state-dir": str(state_dir),
+        "--cluster": cluster,
+    }
+    flags = [item for key, value in options.items() if value for item in (key, value)]
+    return fleetsight_command("health", "serve", *flags, *extra)
+
+
 def command(settings: Settings) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "fleetsight.cli",
-        "health",
-        "serve",
-        "--listen",
+    return serve_command(
         f"127.0.0.1:{settings.port('health')}",
-        "--alertmanager-url",
-        f"{settings.url('alertmanager')},{settings.url('alertmanager_b')}",
-        "--prometheus-url",
-        settings.url("prometheus"),
-        "--scheduler-url",
-        settings.url("twin", "/slurm/v0.0.40"),
-        "--state-dir",
-        str(settings.data_dir("health")),
-        "--cluster",
-        "demo",
-    ]
+        settings.data_dir("health"),
+        cluster="demo",
+        alertmanagers=[settings.url("alertmanager"), settings.url("alertmanager_b")],
+        prometheus=settings.url("prometheus"),
+        scheduler=settings.url("twin", "/slurm/v0.0.40"),
+    )
 
 
 COMPONENTS = [

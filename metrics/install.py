@@ -12,7 +12,7 @@ build) so that a rebuild after a version bump only compiles what changed.
 from __future__ import annotations
 
 from fleetsight.gobuild import GoModuleBuild
-from fleetsight.setup import InstallStep, apt_step
+from fleetsight.setup import apt_step
 
 THANOS_MODULE = "github.com/thanos-io/thanos"
 THANOS_VERSION = "v0.42.4"  # as in shared/STACK.md; its go.mod asks for Go 1.26
@@ -31,15 +31,13 @@ INSTALL_STEPS = [
     apt_step(
         "prometheus",
         "Debian's Prometheus (prometheus, promtool 2.x) and node_exporter",
-        "prometheus A/B, node-exporter; promtool for config checks, rules tests, twin backfill",
+        "prometheus A/B, node-exporter; promtool for config checks, rules tests, the evaluation's backfill",
         {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"},
     ),
-    InstallStep(
-        name="thanos",
-        description=f"Thanos {THANOS_VERSION} (sidecar, store, query, compact), built from its Go module",
-        needed_by="thanos sidecar/store/query/compact",
-        check=THANOS_BUILD.present,
-        install=THANOS_BUILD.install,
-        eta="~4-8 min cold (Go build, 2 cores), ~1 min with warm Go caches",
+    THANOS_BUILD.install_step(
+        "thanos",
+        f"Thanos {THANOS_VERSION} (sidecar, store, query, compact), built from its Go module",
+        "thanos sidecar/store/query/compact",
+        "~4-8 min cold (Go build, 2 cores), ~1 min with warm Go caches",
     ),
 ]

@@ -7,5 +7,5 @@ from __future__ import annotations
 
 from .install import INSTALL_STEPS as PROMTOOL3_INSTALL_STEPS
 
-CLI = {"rules": (".cli", "Prometheus rules: check, unit-test with promtool 2.x and 3.x, score on the twin")}
+CLI = {"rules": (".cli", "Prometheus rules: check and unit-test with promtool 2.x and 3.x")}
 INSTALL_STEPS = [*PROMTOOL3_INSTALL_STEPS]

@@ -8,7 +8,6 @@ unit-tested with both. No binary can be downloaded here: like Thanos, it is buil
 from __future__ import annotations
 
 from fleetsight.gobuild import GoModuleBuild
-from fleetsight.setup import InstallStep
 
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
@@ -35,12 +34,10 @@ PROMTOOL3_BUILD = GoModuleBuild(
 
 
 INSTALL_STEPS = [
-    InstallStep(
-        name="promtool3",
-        description=f"promtool {prometheus_release()} (Prometheus 3.x rule checks), built from its Go module",
-        needed_by="tests/rules (rules checked and unit-tested with promtool 2.x and 3.x)",
-        check=PROMTOOL3_BUILD.present,
-        install=PROMTOOL3_BUILD.install,
-        eta="~3-6 min cold (Go build, 2 cores), ~30 s with warm Go caches",
+    PROMTOOL3_BUILD.install_step(
+        "promtool3",
+        f"promtool {prometheus_release()} (Prometheus 3.x rule checks), built from its Go module",
+        "tests/rules (rules checked and unit-tested with promtool 2.x and 3.x)",
+        "~3-6 min cold (Go build, 2 cores), ~30 s with warm Go caches",
     ),
 ]

@@ -81,7 +81,8 @@ def test_a_command_whose_extra_is_missing_names_the_extra(production_venv: Path,
     traceback."""
     fleetsight = str(production_venv / "bin" / "fleetsight")
     twin_run = ["twin", "run", "--scenario", "case_05", "--out", str(tmp_path / "twin"), "--duration", "1m"]
-    cases = [(twin_run, "twin"), (["anomaly", "evaluate", "--scenario", "case_01"], "anomaly")]
+    replay = ["anomaly", "replay", "--prometheus-url", "http://127.0.0.1:9", "--since", "1h"]
+    cases = [(twin_run, "twin"), (replay, "anomaly")]
     for args, extra in cases:
         result = subprocess.run([fleetsight, *args], capture_output=True, text=True, timeout=120, cwd="/")
         assert result.returncode == 1, (args, result.stdout, result.stderr[-2000:])

@@ -1,39 +1,25 @@
-"""`fleetsight twin` sub-commands: run a scenario (files, and HTTP endpoints with --serve), backfill its
-history into Prometheus TSDB blocks, list and check scenario files."""
+"""`fleetsight twin` sub-commands: run a scenario (files, and HTTP endpoints with --serve), list and check
+scenario files. Its history as Prometheus blocks is the evaluation layer's `fleetsight evaluate backfill`."""
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import sys
 from pathlib import Path
 
 import click
 
-from .scenario import ScenarioError, load, parse_duration, parse_time
+from fleetsight.logs import setup_logging
 
-SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
-
-
-def setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
+from .scenario import SHIPPED_DIR, ScenarioError, load, parse_duration, parse_time, resolve
 
 
 def resolve_scenario(value: str) -> Path:
     """A path, or the name of a shipped scenario (`demo` -> twin/scenarios/demo.yaml)."""
-    path = Path(value)
-    if path.exists():
-        return path
-    shipped = SCENARIO_DIR / f"{value}.yaml"
-    if shipped.exists():
-        return shipped
-    raise click.BadParameter(
-        f"no scenario file {value!r} (and no shipped scenario of that name)", param_hint="--scenario"
-    )
+    try:
+        return resolve(value)
+    except ScenarioError as exc:
+        raise click.BadParameter(str(exc), param_hint="--scenario") from None
 
 
 def load_or_fail(value: str):
@@ -52,7 +38,6 @@ def cli() -> None:
     Examples:
       fleetsight twin run --scenario demo --out run/data/twin --serve --speed realtime
       fleetsight twin run --scenario eval_medium --out /tmp/eval/twin --truth /tmp/eval/truth.jsonl
-      fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
       fleetsight twin calibrate
       fleetsight twin validate twin/scenarios/*.yaml
       fleetsight twin scenarios
@@ -178,93 +163,6 @@ def run(
 
 
 @cli.command()
-@click.option(
-    "--scenario", "scenario_name", required=True, help="Scenario YAML file, or a shipped scenario's name."
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Folder for the TSDB blocks.",
-)
-@click.option("--duration", default=None, help="Override the scenario's duration (e.g. 12h).")
-@click.option(
-    "--end", default=None, help="Time the history ends (ISO 8601; default: now, so the blocks are queryable)."
-)
-@click.option("--keep-openmetrics", is_flag=True, help="Keep the intermediate OpenMetrics file.")
-@click.option(
-    "--truth",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
-)
-@click.option(
-    "--agent-step",
-    default="30s",
-    show_default=True,
-    help="Scrape interval of the node agents and the fabric exporter in the history (a tick multiple).",
-)
-@click.option(
-    "--no-agents",
-    is_flag=True,
-    help="dcgm-exporter's series only: do not run the node agents and the fabric exporter.",
-)
-@click.option(
-    "--metrics-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Keep only the exporters' series named in this file (one name a line); `up` and dcgm's always.",
-)
-def backfill(
-    scenario_name: str,
-    out: Path,
-    duration: str | None,
-    end: str | None,
-    keep_openmetrics: bool,
-    truth: Path | None,
-    agent_step: str,
-    no_agents: bool,
-    metrics_file: Path | None,
-) -> None:
-    """Simulate the scenario at max speed and write what a live stack would have scraped as Prometheus
-    TSDB blocks: dcgm-exporter's series every tick, and every --agent-step the real node agent of each
-    node (over the twin's files and BMCs) and the fabric exporter (over its UFM), with `up` per target
-    (OpenMetrics in block-sized chunks, then `promtool tsdb create-blocks-from openmetrics`). Copy the
-    blocks into a Prometheus data folder (or point Thanos at them) to query hours or days at once.
-
-    \b
-    The ground truth goes to --truth (default OUT.truth.jsonl beside OUT).
-
-    \b
-    Examples:
-      fleetsight twin backfill --scenario fault_free_day --out /tmp/blocks --duration 12h
-      fleetsight twin backfill --scenario eval_medium --out /tmp/b --truth /tmp/b-truth.jsonl
-      fleetsight twin backfill --scenario mixed_day --out /tmp/day --agent-step 60s
-    """
-    from .backfill import BackfillError, CaptureOptions, backfill_blocks
-
-    setup_logging()
-    scenario = load_or_fail(scenario_name)
-    try:
-        seconds = parse_duration(duration, "--duration") if duration else None
-        end_time = parse_time(end, "--end") if end else None
-        step = parse_duration(agent_step, "--agent-step")
-        families = None
-        if metrics_file is not None:
-            families = frozenset(
-                line.strip() for line in metrics_file.read_text().splitlines() if line.strip()
-            )
-        capture = CaptureOptions(agents=not no_agents, agent_step=step, families=families)
-        result = backfill_blocks(scenario, out, seconds, end_time, keep_openmetrics, truth, capture)
-    except (BackfillError, ScenarioError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(
-        f"backfill: {result.samples} samples of {result.series} series, {result.blocks} block(s) in {out} "
-        f"({result.start} .. {result.end}); {result.wall_seconds:.1f} s; truth in {result.truth}"
-    )
-
-
-@cli.command()
 def scenarios() -> None:
     """List the shipped scenarios with their size and faults.
 
@@ -272,7 +170,7 @@ def scenarios() -> None:
     Example:
       fleetsight twin scenarios
     """
-    for path in sorted(SCENARIO_DIR.glob("*.yaml")):
+    for path in sorted(SHIPPED_DIR.glob("*.yaml")):
         try:
             scenario = load(path)
         except ScenarioError as exc:

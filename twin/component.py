@@ -3,21 +3,17 @@ scraping every node's dcgm-exporter endpoint (found through the twin's http_sd t
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from fleetsight.components import Component, http_ok
+from fleetsight.components import Component, fleetsight_command, http_ok
 from fleetsight.settings import Settings
 
 DEMO_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "demo.yaml"
 
 
 def command(settings: Settings) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "fleetsight.cli",
+    return fleetsight_command(
         "twin",
         "run",
         "--scenario",
@@ -29,7 +25,7 @@ def command(settings: Settings) -> list[str]:
         "realtime",
         "--listen",
         f"127.0.0.1:{settings.port('twin')}",
-    ]
+    )
 
 
 def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
@@ -64,5 +60,5 @@ COMPONENTS = [
 ]
 
 PORTS = {"twin": 100}
-CLI = {"twin": (".cli", "the digital twin: run a scenario, serve it, backfill history")}
+CLI = {"twin": (".cli", "the digital twin: run a scenario, serve it, check scenario files")}
 START_PRIORITY = 20

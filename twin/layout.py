@@ -91,6 +91,19 @@ def bmc_url(twin_url: str, node: str) -> str:
     return twin_url.rstrip("/") + BMC_URL_PATH.format(node=node)
 
 
+def node_sources(node: str) -> dict[str, str]:
+    """A node's sources as meta.json lists them: paths relative to OUT, the BMC's path on the twin."""
+    root = Path(NODES_DIR) / node
+    return {
+        "sysfs_root": str(root / "sys"),
+        "procfs_root": str(root / "proc"),
+        "kernel_log": str(root / KERNEL_LOG),
+        "kernel_log_format": KERNEL_LOG_FORMAT,
+        "pcie_bandwidth_file": str(root / PCIE_BANDWIDTH_FILE),
+        "bmc_path": BMC_URL_PATH.format(node=node),
+    }
+
+
 def read_meta(out: str | Path) -> dict:
     """The run's meta.json, or {} while it is not written yet (or unreadable)."""
     try:

@@ -102,7 +102,7 @@ class Runner:
         started = time.monotonic()
         recorder = None
         if options.history is not None:
-            from .backfill import HistoryRecorder
+            from .history import HistoryRecorder
 
             truth_mod_check(options.history, options.out)
             recorder = HistoryRecorder(sim, ticks)
@@ -148,7 +148,7 @@ class Runner:
             self.writer.write_state()
             self.writer.flush_logs()
         if recorder is not None:
-            from .backfill import cut_blocks
+            from .history import cut_blocks
 
             series, samples, blocks = cut_blocks(sim, recorder.recorded(), options.history)
             log.info(

@@ -625,6 +625,24 @@ TOP_KEYS = {
 }
 
 
+SHIPPED_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+def resolve(value: str | Path, folders: tuple[Path, ...] = (SHIPPED_DIR,)) -> Path:
+    """A scenario file: ``value`` itself when it is a file, else ``<folder>/<value>.yaml`` in the first
+    of ``folders`` that has it (``demo`` -> twin/scenarios/demo.yaml). The one resolver of every
+    command that takes ``--scenario``."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    for folder in folders:
+        candidate = folder / f"{value}.yaml"
+        if candidate.is_file():
+            return candidate
+    where = ", ".join(str(f) for f in folders)
+    raise ScenarioError(f"no scenario file {str(value)!r}, and no scenario of that name in {where}")
+
+
 def load(path: str | Path) -> Scenario:
     path = Path(path)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,55 @@ def load_truth(path: str | Path) -> list[dict[str, Any]]:
             raise TruthError(f"{path}:{number}: missing keys {', '.join(missing)}")
         lines.append(entry)
     return sorted(lines, key=lambda entry: (entry["onset_unix"], entry["id"]))
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One truth line, typed: what every scorer reads. ``line`` keeps the whole entry for the rest
+    (effects, pace keys) so that no scorer parses the file again."""
+
+    id: str
+    kind: str
+    onset: float  # unix seconds
+    end: float
+    node: str | None = None
+    gpu: int | None = None
+    code: int | None = None  # the Xid of an xid fault
+    benign: bool = False
+    job: str | None = None
+    magnitude: Any = None
+    line: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_line(cls, entry: dict[str, Any]) -> Fault:
+        target = entry.get("target") or {}
+        code = target.get("code") or (entry.get("magnitude") if entry["kind"] == "xid" else None)
+        gpu = target.get("gpu")
+        return cls(
+            id=str(entry["id"]),
+            kind=str(entry["kind"]),
+            onset=float(entry["onset_unix"]),
+            end=float(entry["end_unix"]),
+            node=target.get("node") or entry.get("node"),
+            gpu=int(gpu) if isinstance(gpu, int | float) else None,
+            code=int(code) if entry["kind"] == "xid" and code else None,
+            benign=bool(entry.get("benign", False)),
+            job=str(entry["job"]) if entry.get("job") is not None else None,
+            magnitude=entry.get("magnitude"),
+            line=entry,
+        )
+
+
+def load_faults(path: str | Path) -> list[Fault]:
+    """Every truth line as a :class:`Fault`, sorted by onset, then id (benign disturbances included:
+    ``benign`` says which)."""
+    faults = []
+    for entry in load_truth(path):
+        try:
+            faults.append(Fault.from_line(entry))
+        except (TypeError, ValueError) as exc:
+            raise TruthError(f"{path}: line {entry.get('id')!r} has a malformed value: {exc}") from exc
+    return faults
 
 
 def write_lines(path: str | Path, lines: list[dict[str, Any]]) -> None:

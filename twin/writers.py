@@ -244,6 +244,9 @@ class TreeWriter:
                         for p, dev in enumerate(hw.IB_DEVICES)
                     ],
                     "psus": [f"PSU{i}" for i in range(scenario.cluster.psus_per_node)],
+                    # Where the node's sources lie, relative to OUT (and its BMC, below the twin's URL):
+                    # what a stack runner needs to point a node agent at this node, without this code.
+                    "sources": layout.node_sources(name),
                 }
             )
         return {

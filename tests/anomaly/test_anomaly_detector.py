@@ -9,13 +9,14 @@ import subprocess
 
 import pytest
 
-from anomaly import evaluation
 from anomaly.detector import Event, Straggler
 from anomaly.source import expand_hostlist, running_jobs
+from evaluation import anomaly as evaluation
+from evaluation.scenarios import resolve as resolve_scenario
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT
 
-# Scenario files of anomaly/eval/scenarios: one fault each, in a job of 8 or 16 nodes.
+# Scenario files of evaluation/scenarios/anomaly: one fault each, in a job of 8 or 16 nodes.
 CASES = [
     ("psu_cap150_16n", "power_brake", 60.0),
     ("thermal_r06_8n", "thermal", 60.0),
@@ -26,7 +27,7 @@ CASES = [
 
 @pytest.mark.parametrize(("scenario", "cause", "latency_s"), CASES)
 def test_straggler_flagged_with_cause(scenario: str, cause: str, latency_s: float) -> None:
-    run = evaluation.run_scenario(evaluation.resolve_scenario(scenario))
+    run = evaluation.run_scenario(resolve_scenario(scenario))
     episodes = [e for e in run.episodes if e.counted]
     assert len(episodes) == 1, f"the twin's truth should hold one slowing fault: {run.episodes}"
     assert episodes[0].slowdown >= 0.1
@@ -45,7 +46,7 @@ def test_straggler_flagged_with_cause(scenario: str, cause: str, latency_s: floa
 
 def test_two_stragglers_in_one_job_and_small_jobs() -> None:
     for name in ("two_stragglers_16n", "small_jobs_6n"):
-        run = evaluation.run_scenario(evaluation.resolve_scenario(name))
+        run = evaluation.run_scenario(resolve_scenario(name))
         flagged = {(e.straggler.job, e.straggler.node) for e in run.events["detector"] if e.kind == "flag"}
         power_braked = {(e.job, e.node) for e in run.episodes if e.counted and e.kind == "psu_failure"}
         assert power_braked and power_braked <= flagged, (name, flagged, run.episodes)
@@ -56,11 +57,11 @@ def test_two_stragglers_in_one_job_and_small_jobs() -> None:
 def test_mixture_of_experts_jobs() -> None:
     """Expert routing moves load between the nodes of a MoE job for minutes: that imbalance is not a
     straggler (no flag in a 3- and a 4-node MoE job over two hours); a node 40 % slower is one."""
-    quiet = evaluation.run_scenario(evaluation.resolve_scenario("moe_small_fault_free_7n"))
+    quiet = evaluation.run_scenario(resolve_scenario("moe_small_fault_free_7n"))
     assert quiet.fault_free
     flags = [e.straggler.as_dict() for e in quiet.events["detector"] if e.kind == "flag"]
     assert flags == [], flags
-    loud = evaluation.run_scenario(evaluation.resolve_scenario("moe_gray_x14_8n"))
+    loud = evaluation.run_scenario(resolve_scenario("moe_gray_x14_8n"))
     episodes = [e for e in loud.episodes if e.counted]
     assert len(episodes) == 1, loud.episodes
     flagged = [(e.straggler.job, e.straggler.node) for e in loud.events["detector"] if e.kind == "flag"]
@@ -68,7 +69,7 @@ def test_mixture_of_experts_jobs() -> None:
 
 
 def test_fault_free_hours_raise_no_flag() -> None:
-    run = evaluation.run_scenario(evaluation.resolve_scenario("fault_free_12n_4h"))
+    run = evaluation.run_scenario(resolve_scenario("fault_free_12n_4h"))
     assert run.fault_free and run.hours >= 4
     flags = [e for e in run.events["detector"] if e.kind == "flag"]
     assert flags == [], [e.straggler.as_dict() for e in flags]
@@ -101,7 +102,7 @@ def test_scoring_counts_a_fault_only_while_it_sets_the_pace() -> None:
 
 def test_evaluate_cli_json_has_the_contract_keys() -> None:
     result = subprocess.run(
-        [*FLEETSIGHT, "anomaly", "evaluate", "--scenario", "psu_cap150_16n", "--json", "--duration", "20m"],
+        [*FLEETSIGHT, "evaluate", "anomaly", "--scenario", "psu_cap150_16n", "--json", "--duration", "20m"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -124,7 +125,7 @@ def test_evaluate_cli_json_has_the_contract_keys() -> None:
 
 def test_evaluate_cli_rejects_unknown_scenario() -> None:
     result = subprocess.run(
-        [*FLEETSIGHT, "anomaly", "evaluate", "--scenario", "no_such_scenario"],
+        [*FLEETSIGHT, "evaluate", "anomaly", "--scenario", "no_such_scenario"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from anomaly import evaluation
 from anomaly.detector import Detector, Event, Straggler
 from anomaly.window import Window
+from evaluation import anomaly as evaluation
 
 NODES = [f"n{i:04d}" for i in range(1, 7)]
 GPUS = 8

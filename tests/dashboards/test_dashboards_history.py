@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from dashboards import catalog
-from dashboards.history import HistoryCheck, check_history, why_empty
+from evaluation.alerts import Episode, alerts_series
+from evaluation.dashboards import HistoryCheck, check_history, why_empty
 from fleetsight.settings import REPO_ROOT
-from rules.evaluate import Episode, alerts_series
 
 MIXED_DAY = REPO_ROOT / "twin" / "scenarios" / "mixed_day.yaml"
 # 8 nodes for 20 minutes: a failed PSU (power brake, PSUFailed) and a crashed host (NodeDown).

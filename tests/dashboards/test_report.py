@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from browser import console_errors, headless_chromium
-from dashboards import report_truth
+from evaluation import report as report_truth
 from fleetsight.components import http_ok
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT, free_port, wait_until
@@ -49,7 +49,8 @@ def served_backfill(scenario_path: Path, folder: Path, *options: str) -> Iterato
     """The scenario backfilled so that it ends now, in a real Prometheus."""
     scenario = yaml.safe_load(scenario_path.read_text())
     end = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
-    backfill = ["twin", "backfill", "--scenario", str(scenario_path), "--out", str(folder / "tsdb"), *options]
+    tsdb = str(folder / "tsdb")
+    backfill = ["evaluate", "backfill", "--scenario", str(scenario_path), "--out", tsdb, *options]
     subprocess.run(
         [*FLEETSIGHT, *backfill, "--end", end.isoformat()], check=True, capture_output=True, timeout=600
     )

@@ -135,28 +135,33 @@ def test_option_names_as_flags_or_parameters_and_the_command_line_fills_the_rest
     assert value(result.stdout, "fleetsight_collector_success", node="n0001", collector="pcie") is None
 
 
-def test_the_stack_runner_builds_the_nodes_file_from_the_twins_layout(tmp_path):
+def test_the_stack_runner_builds_the_nodes_file_from_the_twins_meta_json(tmp_path):
+    """The runner reads the sources each node lists in the twin's meta.json (the twin writes them with
+    its layout's own functions) and loads no twin code; a node listed without sources is skipped."""
     from twin import layout
 
     out = tmp_path / "twin"
     gpus = [{"gpu": 0, "pci_bdf": "0000:18:00.0", "uuid": "GPU-a", "model": "H100"}]
     layout.meta_file(out).parent.mkdir(parents=True)
-    layout.meta_file(out).write_text(
-        json.dumps({"nodes": [{"name": "n0001", "gpus": gpus}, {"name": "n0002"}]})
-    )
+    nodes = [
+        {"name": "n0001", "gpus": gpus, "sources": layout.node_sources("n0001")},
+        {"name": "n0002", "sources": layout.node_sources("n0002")},
+        {"name": "n0003"},
+    ]
+    layout.meta_file(out).write_text(json.dumps({"nodes": nodes}))
     entries = node_entries(out, "http://127.0.0.1:19100", tmp_path / "gpus")
     assert [e["node"] for e in entries] == ["n0001", "n0002"]
     first = entries[0]
-    assert first["sysfs_root"] == str(out / "nodes" / "n0001" / "sys")
-    assert first["kmsg_file"] == str(out / "nodes" / "n0001" / "var" / "log" / "kern.log")
-    assert first["redfish_url"] == "http://127.0.0.1:19100/bmc/n0001"
+    assert first["sysfs_root"] == str(layout.sysfs_root(out, "n0001"))
+    assert first["kmsg_file"] == str(layout.kernel_log(out, "n0001"))
+    assert first["pcie_bandwidth_file"] == str(layout.pcie_bandwidth_file(out, "n0001"))
+    assert first["redfish_url"] == layout.bmc_url("http://127.0.0.1:19100", "n0001")
     assert json.loads(Path(first["gpu_map"]).read_text()) == [
         {"gpu": 0, "pci_bdf": "0000:18:00.0", "uuid": "GPU-a"}
     ]
     assert "gpu_map" not in entries[1]
-    # Without meta.json, the nodes/ folders.
-    (tmp_path / "bare" / "nodes" / "n0005").mkdir(parents=True)
-    assert [e["node"] for e in node_entries(tmp_path / "bare", "http://t", tmp_path / "g")] == ["n0005"]
+    # Before the twin wrote meta.json: no nodes yet.
+    assert node_entries(tmp_path / "bare", "http://t", tmp_path / "g") == []
 
 
 def help_examples(*command: str) -> list[list[str]]:

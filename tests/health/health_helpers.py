@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from health.component import serve_command
 from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,22 +97,9 @@ def start_health(
     (folder / "policy.yml").write_text(yaml.safe_dump(policy))
     port = free_port()
     env = {**os.environ, "FLEETSIGHT_HEALTH_TOKENS": tokens or ""}
-    command = [
-        sys.executable,
-        "-m",
-        "fleetsight.cli",
-        "health",
-        "serve",
-        "--policy",
-        str(folder / "policy.yml"),
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--state-dir",
-        str(folder / "state"),
-        "--cluster",
-        "test",
-        *args,
-    ]
+    command = serve_command(
+        f"127.0.0.1:{port}", folder / "state", policy=folder / "policy.yml", cluster="test", extra=tuple(args)
+    )
     process = Process("health", command, folder / "health.log", env)
     url = f"http://127.0.0.1:{port}"
     process.wait_ready(f"{url}/-/ready")

@@ -19,8 +19,8 @@ from health_helpers import fast_policy
 from chatbot.answer import Answer, Answerer, ChatConfig
 from chatbot.evaluate import citation_valid
 from chatbot.live import LiveSources
+from evaluation.health import Timeline, TwinStack
 from fleetsight.settings import REPO_ROOT
-from health.twin_check import Timeline, TwinStack
 from support import free_port_base, wait_until
 
 SCENARIO = Path(__file__).with_name("scenarios") / "live_short.yaml"

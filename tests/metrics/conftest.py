@@ -45,12 +45,12 @@ def e2e_component_ports() -> dict[str, int]:
 def backfill_history(out: Path) -> Path:
     end = (dt.datetime.now(dt.UTC) - HISTORY_ENDS_BEFORE_NOW).replace(microsecond=0)
     command = [
-        *FLEETSIGHT, "twin", "backfill", "--scenario", str(HISTORY_SCENARIO), "--out", str(out),
+        *FLEETSIGHT, "evaluate", "backfill", "--scenario", str(HISTORY_SCENARIO), "--out", str(out),
         "--end", end.isoformat().replace("+00:00", "Z"), "--no-agents",
     ]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert list(out.glob("*/meta.json")), f"twin backfill wrote no block: {result.stdout}"
+    assert list(out.glob("*/meta.json")), f"the backfill wrote no block: {result.stdout}"
     return out
 
 

@@ -1,4 +1,4 @@
-"""`fleetsight rules evaluate`: the scorer on hand-made firings, and the whole pipeline (twin backfill ->
+"""`fleetsight evaluate alerts`: the scorer on hand-made firings, and the whole pipeline (twin backfill ->
 real Prometheus -> promtool-recorded rules -> alert evaluation -> score) on twin scenarios."""
 
 from __future__ import annotations
@@ -10,47 +10,49 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rules.evaluate import Episode, Fault, firing_episodes, load_truth, score, straggler_samples
+from evaluation.alerts import (
+    Episode,
+    EvaluationError,
+    expected_alerts,
+    firing_episodes,
+    load_truth,
+    score,
+    straggler_samples,
+)
 from rules.ruleset import Rule
 from support import FLEETSIGHT, REPO_ROOT
+from twin.truth import Fault
 
 
-def test_truth_of_both_layouts_is_read(tmp_path: Path) -> None:
+def truth_line(id_: str, kind: str, target: dict, onset: float, **extra: object) -> dict:
+    """A truth line with every key docs/twin.md promises (twin.truth.TRUTH_KEYS)."""
+    line = {"id": id_, "kind": kind, "benign": False, "target": target, "onset": "", "end": "",
+            "onset_unix": onset, "end_unix": onset + 100, "magnitude": None, "jobs": [], "job": None,
+            "job_slowdown": 0.0, "job_failed": False, "effects": {}}  # fmt: skip
+    return {**line, **extra}
+
+
+def test_the_scorer_reads_the_twins_truth_through_the_twins_reader(tmp_path: Path) -> None:
     truth = tmp_path / "truth.jsonl"
     lines = [
-        {
-            "id": "f1",
-            "kind": "xid",
-            "target": {"node": "n0003", "gpu": 2, "code": 79},
-            "onset_unix": 100.0,
-            "end_unix": 200.0,
-        },
-        {
-            "id": "f2",
-            "kind": "psu_failure",
-            "node": "n0002",
-            "onset_unix": 300.0,
-            "end_unix": 400.0,
-            "job": "2001",
-        },
-        {
-            "id": "d1",
-            "kind": "checkpoint",
-            "target": {},
-            "onset_unix": 10.0,
-            "end_unix": 20.0,
-            "benign": True,
-        },
+        truth_line("f2", "psu_failure", {"node": "n0002"}, 300.0, job="2001"),
+        truth_line("f1", "xid", {"node": "n0003", "gpu": 2, "code": 79}, 100.0),
+        truth_line("d1", "dataloader_hiccup", {}, 10.0, benign=True),
     ]
     truth.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     faults = load_truth(truth)
-    assert [(f.id, f.node, f.code, f.benign) for f in faults] == [
+    assert all(isinstance(f, Fault) for f in faults)
+    assert [(f.id, f.node, f.code, f.benign) for f in faults] == [  # sorted by onset
+        ("d1", None, None, True),
         ("f1", "n0003", 79, False),
         ("f2", "n0002", None, False),
-        ("d1", None, None, True),
     ]
-    assert faults[0].expected_alerts() == ("GPUFellOffBus",)
-    assert faults[2].expected_alerts() == ()
+    assert expected_alerts(faults[1]) == ("GPUFellOffBus",)
+    assert expected_alerts(faults[0]) == ()
+    # a line without the keys the format promises is refused with its file and line
+    truth.write_text(json.dumps({"id": "x", "kind": "xid", "onset_unix": 1.0, "end_unix": 2.0}) + "\n")
+    with pytest.raises(EvaluationError, match=r"truth\.jsonl:1: missing keys"):
+        load_truth(truth)
 
 
 def test_for_clause_is_applied_like_prometheus() -> None:
@@ -157,8 +159,8 @@ def test_faults_are_caught_and_a_quiet_cluster_raises_nothing(tmp_path: Path) ->
     result = subprocess.run(
         [
             *FLEETSIGHT,
-            "rules",
             "evaluate",
+            "alerts",
             "--scenario",
             str(faulty),
             "--scenario",
@@ -211,7 +213,7 @@ def test_straggler_flags_become_the_series_the_service_exports() -> None:
 
 def test_a_missing_scenario_is_a_clear_error() -> None:
     result = subprocess.run(
-        [*FLEETSIGHT, "rules", "evaluate", "--scenario", "/nonexistent/scenario.yaml"],
+        [*FLEETSIGHT, "evaluate", "alerts", "--scenario", "/nonexistent/scenario.yaml"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from twin_helpers import FLEETSIGHT, scenario_arg
 
+from evaluation.backfill import twin_transport
 from fleetsight.settings import REPO_ROOT
-from twin.backfill import twin_transport
 from twin.scenario import load
 from twin.server import TwinServer
 from twin.sim import Simulation
@@ -123,7 +123,7 @@ def test_backfill_exporters_read_the_in_process_bmcs_and_ufm(tmp_path: Path) -> 
     the in-process routes: every node's BMC answered, and the failed supply shows."""
     blocks = tmp_path / "tsdb"
     result = subprocess.run(
-        [*FLEETSIGHT, "twin", "backfill", "--scenario", scenario_arg("psu_failure"), "--out", str(blocks),
+        [*FLEETSIGHT, "evaluate", "backfill", "--scenario", scenario_arg("psu_failure"), "--out", str(blocks),
          "--duration", "12m", "--end", "2026-11-21T10:12:00Z", "--agent-step", "60s", "--keep-openmetrics"],
         capture_output=True, text=True, cwd=REPO_ROOT, check=False,
     )  # fmt: skip

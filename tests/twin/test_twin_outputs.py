@@ -272,7 +272,7 @@ def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:
     result = subprocess.run(
         [
             *FLEETSIGHT,
-            "twin",
+            "evaluate",
             "backfill",
             "--scenario",
             scenario_arg("psu_failure"),

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +20,11 @@ from typing import Any
 import httpx
 import yaml
 
-from fleetsight.components import Component, load_components
+from fleetsight.components import Component, fleetsight_command, load_components
 from fleetsight.procs import kill_group, terminate_group
 from fleetsight.settings import Settings
-
-from .policy import parse_duration
+from health.component import serve_command
+from health.policy import parse_duration
 
 AROUND_THE_TWIN = ("slack-sink", "alertmanager", "exporter-node", "exporter-fabric", "anomaly", "prometheus")
 SEVERITY_ORDER = ("healthy", "degraded", "unhealthy", "draining", "drained", "repair")
@@ -108,10 +107,7 @@ class TwinStack:
         (self.settings.run_dir / "state.json").write_text(json.dumps({"components": listed}))
         twin = self._spawn(
             "twin",
-            [
-                sys.executable,
-                "-m",
-                "fleetsight.cli",
+            fleetsight_command(
                 "twin",
                 "run",
                 "--scenario",
@@ -125,7 +121,7 @@ class TwinStack:
                 self.speed,
                 "--listen",
                 f"127.0.0.1:{self.settings.port('twin')}",
-            ],
+            ),
         )
         self._wait_ready(twin, components["twin"].ready, 120)
         if twin.problem:
@@ -150,27 +146,15 @@ class TwinStack:
 
     def _start_health(self) -> None:
         s = self.settings
-        command = [
-            sys.executable,
-            "-m",
-            "fleetsight.cli",
-            "health",
-            "serve",
-            "--policy",
-            str(self.policy),
-            "--listen",
+        command = serve_command(
             f"127.0.0.1:{s.port('health')}",
-            "--alertmanager-url",
-            s.url("alertmanager"),
-            "--prometheus-url",
-            s.url("prometheus"),
-            "--scheduler-url",
-            s.url("twin", "/slurm/v0.0.40"),
-            "--state-dir",
-            str(s.data_dir("health")),
-            "--cluster",
-            "twin",
-        ]
+            s.data_dir("health"),
+            policy=self.policy,
+            cluster="twin",
+            alertmanagers=[s.url("alertmanager")],
+            prometheus=s.url("prometheus"),
+            scheduler=s.url("twin", "/slurm/v0.0.40"),
+        )
         started = self._spawn("health", command)
         self._wait_ready(started, load_components()["health"].ready, 30)
         if started.problem:

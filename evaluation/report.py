@@ -203,7 +203,7 @@ def stamp(ts: float) -> str:
 
 
 def main() -> None:
-    """`python -m dashboards.report_truth`: the comparison on a Prometheus that serves a backfill."""
+    """`python -m evaluation.report`: the comparison on a Prometheus that serves a backfill."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--prometheus", required=True)
     parser.add_argument("--from", dest="start", required=True, help="ISO 8601, e.g. 2026-11-21T00:00:00Z")

@@ -27,15 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from anomaly.detector import Detector, DetectorConfig, Event
+from anomaly.window import THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_THERMAL, Window
 from fleetsight import durations
-from fleetsight.registry import import_component
+from twin import render
+from twin import scenario as scenario_mod
+from twin.sim import Simulation
+from twin.truth import Fault
 
 from .baselines import StaticPowerBaseline, ZScoreBaseline
-from .detector import Detector, DetectorConfig, Event
-from .window import THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_THERMAL, Window
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCENARIO_DIRS = (Path(__file__).resolve().parent / "eval" / "scenarios", REPO_ROOT / "twin" / "scenarios")
 NEUTRAL_SLOWDOWN = 0.05
 # A fault that sets its job's pace for less than this in all (an IB link down for a few ticks, a mild
 # node masked all but a minute) is neutral too: two detection cycles, the least a flag can confirm.
@@ -68,17 +69,6 @@ def band_of(slowdown: float) -> str:
         if low <= slowdown < high:
             return name
     return BANDS[-1][0]
-
-
-def resolve_scenario(value: str) -> Path:
-    path = Path(value)
-    if path.is_file():
-        return path
-    for folder in SCENARIO_DIRS:
-        candidate = folder / f"{value}.yaml"
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"no scenario file or shipped scenario named {value!r}")
 
 
 @dataclass
@@ -135,13 +125,9 @@ class ScenarioRun:
 
 
 class TwinFeed:
-    """Runs one scenario in the twin and yields a window every cycle (the twin is imported here only)."""
+    """Runs one scenario in the twin and yields a window every cycle."""
 
     def __init__(self, path: Path, cycle: float = 30.0, duration: float | None = None) -> None:
-        render = import_component("twin", "render")
-        scenario_mod = import_component("twin", "scenario")
-        Simulation = import_component("twin", "sim").Simulation
-
         self.render = render
         self.scenario = scenario_mod.load(path)
         self.sim = Simulation(self.scenario, self.scenario.start)
@@ -231,8 +217,8 @@ class TwinFeed:
                 jobs = list(truth.get("jobs") or [])
             if node is None or not jobs:
                 continue
-            benign = bool(truth.get("benign"))
-            onset, end = float(truth["onset_unix"]), float(truth["end_unix"])
+            fault = Fault.from_line(truth)
+            benign, onset, end = fault.benign, fault.onset, fault.end
             for job in jobs:
                 pacing, masked = [(onset, end)], []
                 if benign:
@@ -268,7 +254,7 @@ class TwinFeed:
 
     def _measured_slowdown(self, job: str, onset: float, end: float) -> float:
         samples = self.step_times.get(job, [])
-        faults = [(t["onset_unix"], t["end_unix"]) for t in self.sim.truth_lines]
+        faults = [(f.onset, f.end) for f in map(Fault.from_line, self.sim.truth_lines)]
         during = [s for t, s in samples if onset <= t < end]
         healthy = [s for t, s in samples if not any(a <= t < b for a, b in faults)]
         if not during or not healthy:
@@ -352,7 +338,6 @@ def parse_duration(value: str) -> float:
 
 
 def total_ticks(paths: list[Path], duration: float | None = None) -> int:
-    scenario_mod = import_component("twin", "scenario")
     return sum(scenario_ticks(scenario_mod.load(path), duration) for path in paths)
 
 

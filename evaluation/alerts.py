@@ -1,9 +1,9 @@
 """Detection quality of the alert rules on the digital twin, scored against its ground truth.
 
 For each scenario:
-1. `fleetsight twin backfill` writes the scenario's history as TSDB blocks (promtool), at the
-   scenario's own timestamps, and the ground truth comes from the twin (the truth file beside the
-   blocks, `--truth`, or a max-speed `twin run` of the same scenario and start).
+1. The backfill (evaluation/backfill.py, in this process) writes the scenario's history as TSDB
+   blocks (promtool), at the scenario's own timestamps, and the twin's ground truth beside them
+   (or `--truth`).
 2. A real Prometheus serves the blocks (started here, on a free loopback port, no scraping).
 3. The recording rules the alerts need are computed over the whole span with
    `promtool tsdb create-blocks-from rules`, level by level (a record that reads another record is
@@ -17,12 +17,11 @@ For each scenario:
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 import math
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -35,8 +34,15 @@ import httpx
 import yaml
 
 from fleetsight.xid_catalog import lookup as xid_lookup
+from rules.ruleset import CONTEXT_METRICS, Rule, load_rules, parse_duration, recording_levels, source_metrics
+from twin.history import BackfillError
+from twin.scenario import ScenarioError
+from twin.scenario import load as load_scenario
+from twin.scenario import parse_duration as scenario_duration
+from twin.truth import Fault, TruthError, load_faults
 
-from .ruleset import CONTEXT_METRICS, Rule, load_rules, parse_duration, recording_levels, source_metrics
+from . import anomaly as anomaly_eval
+from .backfill import CaptureOptions, backfill_blocks
 
 EVAL_INTERVAL_S = 15.0  # the rule evaluation interval of metrics/prometheus.yml
 MAX_POINTS = 10_000  # Prometheus refuses range queries of more than 11,000 points per series
@@ -66,32 +72,23 @@ class EvaluationError(RuntimeError):
     """A step of the evaluation failed; the message names it."""
 
 
-@dataclass
-class Fault:
-    id: str
-    kind: str
-    onset: float
-    end: float
-    node: str | None = None
-    code: int | None = None
-    benign: bool = False
-
-    def expected_alerts(self) -> tuple[str, ...]:
-        if self.benign:
-            return ()
-        if self.kind != "xid":
-            return EXPECTED_BY_KIND.get(self.kind, ())
-        if self.code == 79:
-            return ("GPUFellOffBus",)
-        if self.code == 74:
-            return ("GPUNVLinkErrors",)
-        if self.code is not None and xid_lookup(self.code).action in (
-            "reset_gpu",
-            "check_hardware",
-            "reboot_node",
-        ):
-            return ("GPUXidUncorrectable", "GPURowRemapPending", "GPURowRemapFailed")
-        return ()  # application Xids (13, 31, 43, ...): the job's own error, no hardware alert
+def expected_alerts(fault: Fault) -> tuple[str, ...]:
+    """The alerts that catch this fault (none for a benign disturbance)."""
+    if fault.benign:
+        return ()
+    if fault.kind != "xid":
+        return EXPECTED_BY_KIND.get(fault.kind, ())
+    if fault.code == 79:
+        return ("GPUFellOffBus",)
+    if fault.code == 74:
+        return ("GPUNVLinkErrors",)
+    if fault.code is not None and xid_lookup(fault.code).action in (
+        "reset_gpu",
+        "check_hardware",
+        "reboot_node",
+    ):
+        return ("GPUXidUncorrectable", "GPURowRemapPending", "GPURowRemapFailed")
+    return ()  # application Xids (13, 31, 43, ...): the job's own error, no hardware alert
 
 
 @dataclass
@@ -146,34 +143,11 @@ class ScenarioResult:
 
 
 def load_truth(path: Path) -> list[Fault]:
-    """The twin's ground truth, one JSON object per line. Accepts the layouts the twin has written:
-    `target.node`, `node` at the top level, `benign: true` for disturbances that are not faults."""
-    faults = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            target = entry.get("target") or {}
-            code = target.get("code") if entry.get("kind") == "xid" else None
-            if entry.get("kind") == "xid" and not code:
-                code = entry.get("magnitude")
-            faults.append(
-                Fault(
-                    id=str(entry.get("id", f"line{number}")),
-                    kind=str(entry["kind"]),
-                    onset=float(entry["onset_unix"]),
-                    end=float(entry["end_unix"]),
-                    node=target.get("node") or entry.get("node"),
-                    code=int(code) if code else None,
-                    benign=bool(entry.get("benign", False)),
-                )
-            )
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
-            raise EvaluationError(
-                f"{path}:{number}: not a truth line the scorer understands ({exc})"
-            ) from exc
-    return faults
+    """The twin's ground truth, typed by the twin's one reader (twin.truth.load_faults)."""
+    try:
+        return load_faults(path)
+    except TruthError as exc:
+        raise EvaluationError(f"not a truth file the scorer understands: {exc}") from exc
 
 
 # ------------------------------------------------------------------------------------ scenarios
@@ -207,21 +181,6 @@ def unix_to_iso(value: float) -> str:
     return dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def fleetsight(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "fleetsight.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise EvaluationError(
-            f"`fleetsight {' '.join(args)}` failed: {(result.stderr or result.stdout)[-1500:]}"
-        )
-    return result
-
-
 def rule_metrics_file(work: Path, rules: list[Rule]) -> Path:
     """The names every rule reads, for the backfill to keep only those of the exporters' series (the
     node agent exports hundreds of families per node; the rules read a few dozen)."""
@@ -246,41 +205,20 @@ def backfill(
     duration: str | None,
     metrics_file: Path | None = None,
     agent_step: str = "30s",
-) -> None:
-    args = ["twin", "backfill", "--scenario", str(scenario), "--out", str(blocks)]
-    args += ["--end", unix_to_iso(span.start + span.duration), "--agent-step", agent_step]
-    if metrics_file is not None:
-        args += ["--metrics-file", str(metrics_file)]
-    if duration:
-        args += ["--duration", duration]
-    fleetsight(*args)
-
-
-def truth_file(scenario: Path, span: ScenarioSpan, blocks: Path, work: Path, duration: str | None) -> Path:
-    """Where the truth is: beside the blocks if the twin wrote it there, else from a max-speed run of
-    the same scenario from the same start (the twin is deterministic)."""
-    for candidate in (blocks.with_name(blocks.name + ".truth.jsonl"), blocks / "truth.jsonl"):
-        if candidate.exists():
-            return candidate
-    run_dir = work / "twin-run"
-    args = [
-        "twin",
-        "run",
-        "--scenario",
-        str(scenario),
-        "--out",
-        str(run_dir),
-        "--start",
-        unix_to_iso(span.start),
-    ]
-    if duration:
-        args += ["--duration", duration]
-    fleetsight(*args)
-    for candidate in (run_dir.with_name(run_dir.name + ".truth.jsonl"), run_dir / "truth.jsonl"):
-        if candidate.exists():
-            shutil.rmtree(run_dir / "nodes", ignore_errors=True)  # the trees are large; only truth is needed
-            return candidate
-    raise EvaluationError(f"the twin wrote no truth file for {scenario}")
+) -> Path:
+    """The scenario's history as TSDB blocks in ``blocks``, ending at the span's end; returns the truth
+    file the twin wrote beside them."""
+    try:
+        families = None
+        if metrics_file is not None:
+            families = frozenset(line for line in metrics_file.read_text().splitlines() if line.strip())
+        capture = CaptureOptions(agent_step=scenario_duration(agent_step, "--agent-step"), families=families)
+        end = dt.datetime.fromtimestamp(span.start + span.duration, dt.UTC)
+        seconds = scenario_duration(duration, "--duration") if duration else None
+        result = backfill_blocks(load_scenario(scenario), blocks, seconds, end, capture=capture)
+    except (BackfillError, ScenarioError, ValueError) as exc:
+        raise EvaluationError(f"backfill of {scenario}: {exc}") from exc
+    return Path(result.truth)
 
 
 # ----------------------------------------------------------------------------------- Prometheus
@@ -468,7 +406,7 @@ def score(
             continue
         kind = kinds.setdefault(fault.kind, KindScore(fault.kind))
         kind.faults += 1
-        expected = fault.expected_alerts()
+        expected = expected_alerts(fault)
         kind.expected = tuple(dict.fromkeys((*kind.expected, *expected)))
         if not expected:
             kind.no_alert_expected += 1
@@ -505,14 +443,12 @@ def score(
 ANOMALY_CYCLE_S = 30.0  # the anomaly service's detection cycle, and how often Prometheus scrapes it
 
 
-def straggler_flags(scenario: Path, duration_s: float, work: Path) -> list[dict[str, Any]]:
-    """The anomaly service's detector run offline over the same scenario's first duration_s
-    (`fleetsight anomaly evaluate --duration`: the twin in-process, windows reduced as the service's
-    PromQL reduces them): its flag, cause and clear events, in the scenario's own time."""
-    flags = work / "straggler-flags.jsonl"
-    args = ["--scenario", str(scenario), "--duration", f"{math.ceil(duration_s)}s", "--json"]
-    fleetsight("anomaly", "evaluate", *args, "--flags-out", str(flags))
-    return [json.loads(line) for line in flags.read_text().splitlines() if line.strip()]
+def straggler_flags(scenario: Path, duration_s: float) -> list[dict[str, Any]]:
+    """The anomaly service's detector run offline over the same scenario's first duration_s (the twin
+    in-process, windows reduced as the service's PromQL reduces them): its flag, cause and clear
+    events, in the scenario's own time."""
+    run = anomaly_eval.run_scenario(scenario, ANOMALY_CYCLE_S, duration=math.ceil(duration_s))
+    return anomaly_eval.flag_log([run])
 
 
 def straggler_samples(
@@ -546,7 +482,7 @@ def straggler_samples(
 def add_straggler_blocks(scenario: Path, span: ScenarioSpan, data_dir: Path, work: Path, cluster: str) -> int:
     """The straggler flags as TSDB blocks beside the backfill's; returns the number of samples."""
     samples = straggler_samples(
-        straggler_flags(scenario, span.duration, work), span.start, span.start + span.duration, cluster
+        straggler_flags(scenario, span.duration), span.start, span.start + span.duration, cluster
     )
     by_series: dict[str, list[float]] = {}
     for labels, stamp in samples:
@@ -657,10 +593,9 @@ def evaluate_scenario(
         work = Path(scratch)
         blocks = work / "blocks"
         progress("backfill")
-        backfill(scenario, span, blocks, duration, rule_metrics_file(work, rules), agent_step)
+        written = backfill(scenario, span, blocks, duration, rule_metrics_file(work, rules), agent_step)
         progress("truth")
-        truth_path = truth or truth_file(scenario, span, blocks, work, duration)
-        faults = load_truth(truth_path)
+        faults = load_truth(truth or written)
         if stragglers:
             progress("anomaly")
             add_straggler_blocks(scenario, span, blocks, work, scenario_cluster(scenario))

@@ -35,7 +35,6 @@ import json
 import logging
 import math
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -46,38 +45,23 @@ from typing import IO, Any
 import httpx
 import numpy as np
 
-from . import layout, render
-from . import truth as truthmod
-from .scenario import Scenario
-from .sim import G, Simulation
-from .writers import TreeWriter, scenario_info
-
-CHUNK_S = 2 * 3600  # one TSDB block per chunk: Prometheus's own block range, aligned to the epoch
-DCGM_INSTANCE = "twin-backfill"
-AGENT_INSTANCE = "twin-backfill:node-agent"
-# The Lustre servers' agents (job_stats): their own scrape job, so that they never count as compute nodes.
-SERVER_JOB = "fleetsight-lustre-server"
-FABRIC_INSTANCE = "twin-backfill:fabric"
-BACKFILL_FIELDS = (
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_ROW_REMAP_PENDING",
-    "DCGM_FI_DEV_ROW_REMAP_FAILED",
-    "DCGM_FI_DEV_FB_USED",
+from exporters import fabric as fabric_exporter
+from exporters import node as node_exporter
+from twin import layout
+from twin import truth as truthmod
+from twin.history import (
+    CHUNK_S,
+    HistoryRecorder,
+    block_count,
+    create_blocks,
+    promtool_path,
+    write_openmetrics,
 )
+from twin.scenario import Scenario
+from twin.sim import Simulation
+from twin.writers import TreeWriter, scenario_info
 
 
-class BackfillError(RuntimeError):
-    """promtool is missing or refused the data."""
-
-
-@dataclass
 @dataclass
 class BackfillResult:
     samples: int
@@ -98,124 +82,25 @@ class CaptureOptions:
     families: frozenset[str] | None = None  # keep only these sample names (and `up`); None: all
 
 
-@dataclass
-class History:
-    """Each backfilled field per tick ([tick, node, gpu]), which GPUs reported, each node's job per
-    tick (index into sim.jobs, -1: none), and whether its dcgm-exporter answered ([tick, node])."""
-
-    values: dict[str, np.ndarray]
-    present: np.ndarray
-    node_job: np.ndarray
-    answered: np.ndarray
-
-
-class HistoryRecorder:
-    """Keeps what dcgm-exporter would have shown at every tick, for TSDB blocks afterwards (by
-    `backfill`, or by `run --history`, so that the blocks and the run's files tell the same story)."""
-
-    def __init__(self, sim: Simulation, ticks: int, rng: np.random.Generator | None = None) -> None:
-        n = len(sim.nodes)
-        self.fields = {name: field for name, _, _, field, _ in render.DCGM_FIELDS if name in BACKFILL_FIELDS}
-        self.history = History(
-            {name: np.zeros((ticks, n, G), dtype=np.float32) for name in self.fields},
-            np.zeros((ticks, n, G), dtype=bool),
-            np.full((ticks, n), -1, dtype=np.int32),
-            np.zeros((ticks, n), dtype=bool),
-        )
-        # The scrapes that fail, drawn from the seed (the live server draws its own the same way).
-        self.rng = rng if rng is not None else np.random.default_rng(sim.scenario.seed + 1)
-        self.ticks = 0
-
-    def record(self, sim: Simulation) -> None:
-        if self.ticks >= self.history.present.shape[0]:
-            return
-        tick, history = self.ticks, self.history
-        answered = sim.alive.copy()
-        rate = sim.scenario.scrape_failure_rate
-        if rate:
-            answered &= self.rng.random(len(sim.nodes)) >= rate
-        history.answered[tick] = answered
-        history.present[tick] = sim.gpu_present & answered[:, None]
-        running = np.array([sim.gpu_job(i) is not None for i in range(len(sim.nodes))])
-        history.node_job[tick] = np.where(running, sim.node_job, -1)
-        for name, attribute in self.fields.items():
-            history.values[name][tick] = render.dcgm_array(sim, attribute)
-        self.ticks += 1
-
-    def recorded(self) -> History:
-        t = self.ticks
-        h = self.history
-        return History({k: v[:t] for k, v in h.values.items()}, h.present[:t], h.node_job[:t], h.answered[:t])
-
-
-def simulate_history(scenario: Scenario, start: dt.datetime, ticks: int) -> tuple[Simulation, History]:
-    """Run the physics only (no files) and keep each backfilled field per tick: [tick, node, gpu]."""
-    sim = Simulation(scenario, start)
-    recorder = HistoryRecorder(sim, ticks)
-    for _ in range(ticks):
-        sim.advance()
-        recorder.record(sim)
-        sim.kernel_lines.clear()
-        sim.app_lines.clear()
-    return sim, recorder.recorded()
-
-
-def dcgm_target_labels(sim: Simulation, node: int) -> str:
-    """The labels the twin's http_sd target list gives each node's dcgm-exporter (render.dcgm_targets),
-    plus instance and job as Prometheus adds them."""
-    return (
-        f'node="{sim.nodes[node]}",cluster="{sim.scenario.cluster.name}",rack="{sim.topology.rack(node)}",'
-        f'instance="{DCGM_INSTANCE}",job="dcgm"'
-    )
-
-
-def write_openmetrics(
-    path: Path | IO[str], sim: Simulation, history: History, host: str = DCGM_INSTANCE, first_tick: int = 0
-) -> tuple[int, int]:
-    """dcgm-exporter's series and its `up`, each series' samples in time order (no `# EOF`: the caller
-    closes the stream). Returns (series, samples). ``first_tick``: the index of the history's first
-    tick in the run (its timestamps).
-
-    A GPU's series changes with its ``hpc_job`` label, as dcgm-exporter's do: one series per job
-    that ran on it (and one for its idle time)."""
-    if isinstance(path, Path):
-        with open(path, "w") as handle:
-            counts = write_openmetrics(handle, sim, history, host, first_tick)
-            handle.write("# EOF\n")
-            return counts
-    handle = path
-    tick = sim.scenario.tick
-    present = history.present
-    ticks = present.shape[0]
-    stamps = np.array([f"{sim.start_unix + (first_tick + i) * tick:.3f}" for i in range(ticks)])
-    series = samples = 0
-    for node in range(len(sim.nodes)):
-        target = dcgm_target_labels(sim, node).replace(DCGM_INSTANCE, host)
-        up = history.answered[:, node].astype(np.int8).astype(str)
-        handle.write("".join(f"up{{{target}}} {up[i]} {stamps[i]}\n" for i in range(ticks)))
-        series += 1
-        samples += ticks
-    for name, values in history.values.items():
-        integer = name in render.INTEGER_FIELDS
-        for node in range(len(sim.nodes)):
-            target = dcgm_target_labels(sim, node).replace(DCGM_INSTANCE, host)
-            jobs_here = history.node_job[:, node]
-            for job_index in np.unique(jobs_here):
-                job = sim.jobs[job_index].spec.id if job_index >= 0 else None
-                for gpu in range(G):
-                    keep = present[:, node, gpu] & (jobs_here == job_index)
-                    if not keep.any():
-                        continue
-                    column = values[:, node, gpu]
-                    texts = column.astype(np.int64).astype(str) if integer else np.char.mod("%.6g", column)
-                    prefix = f"{name}{{{render.gpu_labels(sim, node, gpu, job)},{target}}} "
-                    handle.write("".join(f"{prefix}{texts[i]} {stamps[i]}\n" for i in np.nonzero(keep)[0]))
-                    series += 1
-                    samples += int(keep.sum())
-    return series, samples
-
-
 # ------------------------------------------------------------------------------ the exporters
+
+AGENT_INSTANCE = "twin-backfill:node-agent"
+# The Lustre servers' agents (job_stats): their own scrape job, so that they never count as compute nodes.
+SERVER_JOB = "fleetsight-lustre-server"
+FABRIC_INSTANCE = "twin-backfill:fabric"
+
+
+def scratch_tree_dir() -> str | None:
+    """Where the node files of the history's ticks go: memory (/dev/shm) when there is some, since
+    thousands of small files are rewritten every step and only the agents read them; else the
+    system's temporary folder."""
+    shm = Path("/dev/shm")
+    try:
+        if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30:
+            return str(shm)
+    except OSError:
+        pass
+    return None
 
 
 TWIN_URL = "http://twin"  # the in-process host the exporters' clients are pointed at
@@ -225,7 +110,7 @@ def twin_transport(sim: Simulation) -> httpx.BaseTransport:
     """The twin's BMC (Redfish) and UFM answers without a socket: the same routes and renderers its
     HTTP server serves (twin/api.py), for the exporters' own HTTP clients. No lock: the backfill calls
     between ticks."""
-    from . import api  # FastAPI's import (~0.6 s) only where the exporters run, not for --no-agents
+    from twin import api  # FastAPI's import (~0.6 s) only where the exporters run, not for --no-agents
 
     return api.RouterTransport(api.router(api.Views(sim, contextlib.nullcontext(), TWIN_URL)))
 
@@ -243,10 +128,8 @@ class ExporterCapture:
     files and renderers; their samples go to the OpenMetrics stream with the step's timestamp."""
 
     def __init__(self, sim: Simulation, files: Path, options: CaptureOptions) -> None:
-        from fleetsight.registry import import_component  # evaluation glue: see registry's rule
-
-        self.node_mod = import_component("exporters", "node")
-        self.fabric_mod = import_component("exporters", "fabric")
+        self.node_mod = node_exporter
+        self.fabric_mod = fabric_exporter
         self.sim, self.files, self.options = sim, files, options
         self.writer = TreeWriter(files / "twin", sim, files / "twin.truth.jsonl")
         self.writer.create()
@@ -373,75 +256,6 @@ def _value(value: float) -> str:
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value))
-
-
-# ------------------------------------------------------------------------------------ blocks
-
-
-def promtool_path() -> str:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        raise BackfillError("promtool is not installed (apt-get install prometheus, or `fleetsight setup`)")
-    return promtool
-
-
-def create_blocks(source: Path, out: Path, block_s: int = CHUNK_S) -> None:
-    """One OpenMetrics file into TSDB blocks of at most ``block_s`` (read once, not once per 2 h)."""
-    result = subprocess.run(
-        [
-            promtool_path(),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            f"--max-block-duration={block_s // 3600}h",
-            str(source),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise BackfillError(
-            f"promtool failed ({result.returncode}): {(result.stderr or result.stdout).strip()[-2000:]}"
-        )
-
-
-def scratch_tree_dir() -> str | None:
-    """Where the node files of the history's ticks go: memory (/dev/shm) when there is some, since
-    thousands of small files are rewritten every step and only the agents read them; else the
-    system's temporary folder."""
-    shm = Path("/dev/shm")
-    try:
-        if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30:
-            return str(shm)
-    except OSError:
-        pass
-    return None
-
-
-def block_count(out: Path) -> int:
-    return sum(1 for p in out.iterdir() if (p / "meta.json").exists())
-
-
-def cut_blocks(
-    sim: Simulation, history: History, out: Path, keep_openmetrics: bool = False
-) -> tuple[int, int, int]:
-    """A recorded dcgm-exporter history (`run --history`) as OpenMetrics, then TSDB blocks in OUT by
-    promtool: (series, samples, blocks)."""
-    promtool_path()
-    out.mkdir(parents=True, exist_ok=True)
-    source = out.parent / f".{out.name}-history.om"
-    before = block_count(out)
-    try:
-        series, samples = write_openmetrics(source, sim, history)
-        span = history.present.shape[0] * sim.scenario.tick
-        create_blocks(source, out, max(CHUNK_S, math.ceil(span / CHUNK_S) * CHUNK_S))
-    finally:
-        if keep_openmetrics:
-            shutil.move(source, out.parent / f"{out.name}-history.om")
-        source.unlink(missing_ok=True)
-    return series, samples, block_count(out) - before
 
 
 @dataclass

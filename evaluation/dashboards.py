@@ -1,8 +1,8 @@
 """Every panel's PromQL over the twin's backfilled history: a real Prometheus serving the blocks that
-`fleetsight twin backfill` cuts (dcgm-exporter, the node agents, the fabric exporter, `up`), with the
+`fleetsight evaluate backfill` cuts (dcgm-exporter, the node agents, the fabric exporter, `up`), with the
 recording rules the panels and the alerts read computed over the span by promtool, as `fleetsight
-rules evaluate` does. Prometheus's own `ALERTS` series are written from the alerts' firing episodes
-over the span (rules/evaluate.py applies `for:` as Prometheus does), and the anomaly service's
+evaluate alerts` does. Prometheus's own `ALERTS` series are written from the alerts' firing episodes
+over the span (evaluation/alerts.py applies `for:` as Prometheus does), and the anomaly service's
 `fleetsight_straggler` flags from its detector run offline over the scenario (when the anomaly extra
 is installed). Each query runs as a range query over the whole span, as a panel over that time range
 would.
@@ -23,14 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import httpx
 
-from fleetsight.registry import import_component
+from dashboards import catalog
+from dashboards.verify import substitute
+from rules import ruleset
 
-from . import catalog
-from .verify import substitute
+from . import alerts as evaluate
 
 # Series that only a live service writes. ALERTS and the straggler flags are backfilled (see
 # check_history); the straggler score is not: the offline detector reports flags, not scores.
@@ -179,8 +179,6 @@ def check_history(
     read, write the alerts that fired (and, with `stragglers` and the anomaly extra, the detector's
     flags), query the panels. `also(prometheus_url, start, end, truth_file)` runs on the same
     Prometheus afterwards (the bench's report against the truth), before the blocks are deleted."""
-    evaluate: Any = import_component("rules", "evaluate")
-    ruleset: Any = import_component("rules", "ruleset")
     span = evaluate.scenario_span(scenario, None, duration)
     begin, end = span.start, span.start + span.duration
     if work_root is not None:

@@ -16,8 +16,8 @@ import warnings
 
 import numpy as np
 
-from .detector import CycleResult, Event, Straggler
-from .window import Window
+from anomaly.detector import CycleResult, Event, Straggler
+from anomaly.window import Window
 
 POWER_THRESHOLD_W = 200.0
 Z_THRESHOLD = 2.0
