@@ -28,6 +28,14 @@ from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 from fleetsight.setup import apt_step
 
+from .log_alerts import (
+    ELASTALERT_INSTALL_STEP,
+    elastalert_command,
+    elastalert_missing,
+    elastalert_ready,
+    prepare_elastalert,
+)
+
 PRODUCTION_CONFIG = Path(__file__).with_name("alertmanager.yml")
 # A site's own routing file instead of alerting/alertmanager.yml (same format, same secret paths).
 CONFIG_ENV = "FLEETSIGHT_ALERTMANAGER_CONFIG"
@@ -239,6 +247,16 @@ COMPONENTS = [
         urls=lambda s: {"messages": s.url("slack_sink", "/")},
     ),
     *(alertmanager_component(replica) for replica in REPLICAS),
+    Component(
+        name="elastalert",
+        description="ElastAlert2: alerts from logs (alerting/elastalert/rules) -> Alertmanager",
+        command=elastalert_command,
+        prepare=prepare_elastalert,
+        ready=elastalert_ready,
+        missing=elastalert_missing,
+        depends_on=("opensearch", "alertmanager"),
+        ready_timeout_s=120.0,
+    ),
 ]
 
 PORTS = {
@@ -256,4 +274,5 @@ INSTALL_STEPS = [
         "alertmanager A/B",
         {"prometheus-alertmanager": "prometheus-alertmanager"},
     ),
+    ELASTALERT_INSTALL_STEP,
 ]

@@ -23,10 +23,11 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -142,6 +143,30 @@ class Source:
 
     def close(self) -> None:
         """Releases what the source holds open (files, subprocesses)."""
+
+
+# The node agent's collectors register themselves here (node_exporter's registerCollector is the model):
+# name -> (position in the output, factory). A factory gets the agent's options and the node's GPU map
+# and returns its source, or None when the source is not configured on this host (no BMC URL...).
+CollectorFactory = Callable[[Any, Any], "Source | None"]
+_COLLECTORS: dict[str, tuple[int, CollectorFactory]] = {}
+
+
+def register_collector(name: str, position: int) -> Callable[[CollectorFactory], CollectorFactory]:
+    """Declare a collector of the node agent; ``--collector NAME`` enables it by this name."""
+
+    def register(factory: CollectorFactory) -> CollectorFactory:
+        if name in _COLLECTORS:
+            raise ValueError(f"collector {name!r} is registered twice")
+        _COLLECTORS[name] = (position, factory)
+        return factory
+
+    return register
+
+
+def collectors() -> dict[str, CollectorFactory]:
+    """The registered collectors, in their output order."""
+    return {name: factory for name, (_, factory) in sorted(_COLLECTORS.items(), key=lambda kv: kv[1][0])}
 
 
 @dataclass

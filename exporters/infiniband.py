@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Any
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, list_dir, read_text
+from .core import Families, Problems, Source, list_dir, read_text, register_collector
 from .gpus import normalize_bdf
 
 PORT_LABELS = ["device", "port"]
@@ -213,3 +214,8 @@ class InfinibandSource(Source):
             value = parse_counter(read_text(path))
             if value is not None:  # "N/A (no PMA)" and friends are skipped
                 f.counter(metric, doc, PORT_LABELS).add_metric(labels, value * multiplier)
+
+
+@register_collector("infiniband", position=20)
+def infiniband_collector(opts: Any, _gpu_map: Any) -> Source:
+    return InfinibandSource(opts.sysfs_root, required=opts.infiniband_required)

@@ -15,11 +15,11 @@ import shlex
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, list_dir, read_text
+from .core import Families, Problems, Source, list_dir, read_text, register_collector
 
 CLIENT_COMPONENTS = ("llite", "osc", "mdc")
 SERVER_COMPONENTS = ("obdfilter", "mdt")
@@ -351,3 +351,10 @@ def parse_lctl_output(text: str) -> dict[tuple[str, str, str], str]:
         if current is not None:
             current.append(line)
     return {key: "\n".join(lines) for key, lines in found.items()}
+
+
+@register_collector("lustre", position=50)
+def lustre_collector(opts: Any, _gpu_map: Any) -> Source:
+    return LustreSource(
+        opts.procfs_root, opts.sysfs_root, opts.lctl, opts.lustre_jobstats, opts.lustre_required
+    )

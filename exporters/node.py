@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import socket
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,19 +16,14 @@ import httpx
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 
-from . import gpus
-from .bmc import BmcSource, IpmiClient, RedfishClient, load_credentials
-from .core import DeadlineRunner, Source, kv, render
-from .infiniband import InfinibandSource
-from .lustre import LustreSource
-from .pcie import PcieSource
-from .probes import PcieBandwidthSource
+# Each collector's module registers it (exporters.core.register_collector) when imported.
+from . import bmc, gpus, infiniband, lustre, pcie, probes, xid  # noqa: F401
+from .core import DeadlineRunner, Source, collectors, kv, render
 from .serving import Page, html_page, json_page, metrics_page, not_found, parse_listen
-from .xid import XidSource
 
 log = logging.getLogger("fleetsight.exporters.node")
 
-COLLECTORS = ("pcie", "infiniband", "xid", "bmc", "lustre", "probes")
+COLLECTORS = tuple(collectors())  # pcie, infiniband, xid, bmc, lustre, probes
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 
 
@@ -71,24 +65,9 @@ class NodeOptions:
     collectors: tuple[str, ...] = field(default_factory=lambda: COLLECTORS)
 
 
-def kernel_log_mode(opts: NodeOptions) -> str:
-    """``journald``, ``kmsg`` (records with sequence numbers: /dev/kmsg or a file of its records) or
-    ``file`` (a syslog-format file such as /var/log/kern.log)."""
-    if opts.journald:
-        return "journald"
-    if opts.kernel_log_format == "kmsg":
-        return "kmsg"
-    if opts.kernel_log_format == "syslog":
-        return "file"
-    try:
-        is_device = stat.S_ISCHR(os.stat(opts.kmsg_file).st_mode)
-    except OSError:
-        is_device = False
-    return "kmsg" if is_device or opts.kmsg_file == "/dev/kmsg" else "file"
-
-
 def build_sources(opts: NodeOptions) -> list[Source]:
-    """The enabled collectors; a collector whose source is not configured (no BMC URL...) is skipped."""
+    """The enabled collectors' sources; a collector whose source is not configured (no BMC URL...) is
+    skipped."""
     map_files = [p for p in (opts.gpu_map_file, opts.pcie_bandwidth_file) if p]
     gpu_map = gpus.discover(
         opts.sysfs_root,
@@ -98,51 +77,9 @@ def build_sources(opts: NodeOptions) -> list[Source]:
         state_file=os.path.join(opts.state_dir, f"gpus-{opts.node}.json") if opts.state_dir else None,
         save_state=not opts.state_read_only,
     )
-    sources: list[Source] = []
     wanted = set(opts.collectors)
-    if "pcie" in wanted:
-        sources.append(PcieSource(opts.sysfs_root, gpu_map))
-    if "infiniband" in wanted:
-        sources.append(InfinibandSource(opts.sysfs_root, required=opts.infiniband_required))
-    if "xid" in wanted:
-        state_file = os.path.join(opts.state_dir, f"xid-{opts.node}.json") if opts.state_dir else None
-        sources.append(
-            XidSource(
-                kernel_log_mode(opts),
-                opts.kmsg_file,
-                gpu_map,
-                state_file,
-                opts.procfs_root,
-                opts.journalctl,
-                save_state=not opts.state_read_only,
-            )
-        )
-    if "bmc" in wanted and (opts.redfish_url or opts.ipmitool):
-        credentials = load_credentials(opts.bmc_credentials_file)
-        client: RedfishClient | IpmiClient
-        if opts.redfish_url:
-            verify: bool | str = opts.bmc_ca_file or opts.bmc_verify_tls
-            client = RedfishClient(
-                opts.redfish_url, credentials, opts.bmc_timeout_s, verify, opts.bmc_transport
-            )
-        else:
-            assert opts.ipmitool is not None
-            client = IpmiClient(opts.ipmitool, opts.ipmi_host, credentials, opts.bmc_timeout_s * 3)
-        sources.append(BmcSource(client, opts.bmc_interval_s))
-    if "lustre" in wanted:
-        sources.append(
-            LustreSource(
-                opts.procfs_root, opts.sysfs_root, opts.lctl, opts.lustre_jobstats, opts.lustre_required
-            )
-        )
-    probe = opts.pcie_probe
-    if probe == "auto":
-        probe = "file" if opts.pcie_bandwidth_file else "off"
-    if "probes" in wanted and probe != "off":
-        sources.append(
-            PcieBandwidthSource(gpu_map, opts.pcie_bandwidth_file, probe, opts.pcie_probe_interval_s)
-        )
-    return sources
+    made = (make(opts, gpu_map) for name, make in collectors().items() if name in wanted)
+    return [source for source in made if source is not None]
 
 
 class NodeAgent:

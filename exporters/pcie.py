@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Any
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, list_dir, read_text
+from .core import Families, Problems, Source, list_dir, read_text, register_collector
 from .gpus import NVIDIA_VENDOR, GpuMap, normalize_bdf
 
 _SPEED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")
@@ -164,3 +165,8 @@ class PcieSource(Source):
 
 
 ATTRS = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
+
+
+@register_collector("pcie", position=10)
+def pcie_collector(opts: Any, gpu_map: GpuMap) -> Source:
+    return PcieSource(opts.sysfs_root, gpu_map)

@@ -20,10 +20,11 @@ import os
 import tempfile
 import threading
 import time
+from typing import Any
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, kv, read_text
+from .core import Families, Problems, Source, kv, read_text, register_collector
 from .gpus import GpuMap, normalize_bdf
 
 log = logging.getLogger("fleetsight.exporters.probes")
@@ -173,3 +174,14 @@ class PcieBandwidthSource(Source):
             bandwidth.add_metric(values, float(entry["host_to_device_bytes_per_second"]))
             stamp.add_metric(values, measured_at)
         return f.all()
+
+
+@register_collector("probes", position=60)
+def probes_collector(opts: Any, gpu_map: GpuMap) -> Source | None:
+    """The PCIe bandwidth probe: from a results file, by CUDA, or off (``auto``: the file when given)."""
+    probe = opts.pcie_probe
+    if probe == "auto":
+        probe = "file" if opts.pcie_bandwidth_file else "off"
+    if probe == "off":
+        return None
+    return PcieBandwidthSource(gpu_map, opts.pcie_bandwidth_file, probe, opts.pcie_probe_interval_s)

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import stat
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from fleetsight.xid_catalog import lookup
 
-from .core import Families, Problems, Source, kv
+from .core import Families, Problems, Source, kv, register_collector
 from .gpus import GpuMap, normalize_bdf
 from .kernlog import FileReader, JournalReader, KmsgReader, LogLine
 from .state import save_json
@@ -289,3 +292,33 @@ class XidSource(Source):
     def close(self) -> None:
         if self.reader is not None:
             self.reader.close()
+
+
+def kernel_log_mode(opts: Any) -> str:
+    """``journald``, ``kmsg`` (records with sequence numbers: /dev/kmsg or a file of its records) or
+    ``file`` (a syslog-format file such as /var/log/kern.log)."""
+    if opts.journald:
+        return "journald"
+    if opts.kernel_log_format == "kmsg":
+        return "kmsg"
+    if opts.kernel_log_format == "syslog":
+        return "file"
+    try:
+        is_device = stat.S_ISCHR(os.stat(opts.kmsg_file).st_mode)
+    except OSError:
+        is_device = False
+    return "kmsg" if is_device or opts.kmsg_file == "/dev/kmsg" else "file"
+
+
+@register_collector("xid", position=30)
+def xid_collector(opts: Any, gpu_map: GpuMap) -> Source:
+    state_file = os.path.join(opts.state_dir, f"xid-{opts.node}.json") if opts.state_dir else None
+    return XidSource(
+        kernel_log_mode(opts),
+        opts.kmsg_file,
+        gpu_map,
+        state_file,
+        opts.procfs_root,
+        opts.journalctl,
+        save_state=not opts.state_read_only,
+    )

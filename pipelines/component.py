@@ -1,6 +1,6 @@
 """The log path in the local stack: Kafka, OpenSearch, the node-side rsyslog reading the twin's logs,
-the rsyslog shipper (Kafka -> ingest pipelines -> OpenSearch, the local stand-in for Logstash) and
-ElastAlert2 (log alerts -> Alertmanager)."""
+and the rsyslog shipper (Kafka -> ingest pipelines -> OpenSearch, the local stand-in for Logstash). The
+log alerts over OpenSearch (ElastAlert2) are alerting/'s."""
 
 from __future__ import annotations
 
@@ -13,12 +13,6 @@ from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 
 from . import install
-from .elastalert import (
-    ELASTALERT_INSTALL_STEP,
-    elastalert_command,
-    elastalert_missing,
-    prepare_elastalert,
-)
 from .rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS, NodeOptions, ShipperOptions, node_config, shipper_config
 
 LOCAL_CLUSTER = "twin"
@@ -233,27 +227,7 @@ COMPONENTS = [
         depends_on=("kafka", "logs-shipper", "twin"),
         stop_timeout_s=NODE_RSYSLOG_STOP_TIMEOUT_S,
     ),
-    Component(
-        name="elastalert",
-        description="ElastAlert2: alerts from logs -> Alertmanager",
-        command=elastalert_command,
-        prepare=prepare_elastalert,
-        ready=lambda s: elastalert_ready(s),
-        missing=elastalert_missing,
-        depends_on=("opensearch", "alertmanager"),
-        ready_timeout_s=120.0,
-    ),
 ]
-
-
-def elastalert_ready(settings: Settings) -> bool:
-    """ElastAlert2 is up once it has written its status index entry for a first run, or says so."""
-    log = settings.log_file("elastalert")
-    try:
-        text = log.read_text(errors="replace")[-20000:]
-    except OSError:
-        return False
-    return "Starting up" in text or "Ran " in text or "Queried rule" in text
 
 
 PORTS = {
@@ -263,7 +237,7 @@ PORTS = {
     "opensearch_transport": 131,
 }
 CLI = {"logs": (".cli", "the log path: apply topics/pipelines/templates, search parsed logs")}
-INSTALL_STEPS = [*install.INSTALL_STEPS, ELASTALERT_INSTALL_STEP]
+INSTALL_STEPS = install.INSTALL_STEPS
 START_PRIORITY = 30
 
 __all__ = ["CLI", "COMPONENTS", "INSTALL_STEPS", "PORTS", "START_PRIORITY"]

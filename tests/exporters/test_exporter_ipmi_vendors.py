@@ -8,21 +8,21 @@ from pathlib import Path
 import pytest
 from exporter_helpers import FIXTURES, value
 
-from exporters import bmc
+from exporters import bmc, ipmi
 from exporters.node import NodeAgent, NodeOptions
 
 IPMI = FIXTURES / "ipmi"
 
 
-def sdr(name: str) -> bmc.SdrElist:
-    return bmc.parse_sdr_elist((IPMI / name).read_text())
+def sdr(name: str) -> ipmi.SdrElist:
+    return ipmi.parse_sdr_elist((IPMI / name).read_text())
 
 
-def by_id(reading: bmc.SdrElist) -> dict[str, bmc.Psu]:
+def by_id(reading: ipmi.SdrElist) -> dict[str, bmc.Psu]:
     return {p.psu: p for p in reading.psus}
 
 
-def redundancy(reading: bmc.SdrElist) -> dict[str, tuple[str, bool]]:
+def redundancy(reading: ipmi.SdrElist) -> dict[str, tuple[str, bool]]:
     return {r.sensor: (r.state, r.ok) for r in reading.redundancy}
 
 
@@ -75,7 +75,7 @@ def test_supermicro_and_intel_boards():
     assert {k: p.healthy for k, p in by_id(intel).items()} == {"1": True, "2": True}
     # "Pwr Unit Stat | 21.1 |" asserts nothing and is no supply; "Power Redundancy" is the redundancy.
     assert redundancy(intel) == {"Power Redundancy": ("Fully Redundant", True)}
-    assert bmc.parse_dcmi_power((IPMI / "supermicro_dcmi_power_reading.txt").read_text()) == 109
+    assert ipmi.parse_dcmi_power((IPMI / "supermicro_dcmi_power_reading.txt").read_text()) == 109
 
 
 def test_ibm_supplies_with_power_readings_only():
@@ -103,12 +103,12 @@ def test_only_the_power_supplies_redundancy_counts():
             "PS Redundancy    | 77h | ok  |  7.1 | Redundancy Lost",
         ]
     )
-    assert redundancy(bmc.parse_sdr_elist(others)) == {"PS Redundancy": ("Redundancy Lost", False)}
+    assert redundancy(ipmi.parse_sdr_elist(others)) == {"PS Redundancy": ("Redundancy Lost", False)}
 
 
 def test_sel_lists_of_several_vendors():
-    assert bmc.parse_sel_list((IPMI / "hpe_proliant_sel_list.txt").read_text()) == {"Memory": 2}
-    dell = bmc.parse_sel_list((IPMI / "dell_sel_list.txt").read_text())
+    assert ipmi.parse_sel_list((IPMI / "hpe_proliant_sel_list.txt").read_text()) == {"Memory": 2}
+    dell = ipmi.parse_sel_list((IPMI / "dell_sel_list.txt").read_text())
     assert dell == {"Event Logging Disabled": 1, "Power Supply": 1}
 
 

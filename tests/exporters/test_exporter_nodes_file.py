@@ -189,3 +189,21 @@ def test_every_help_example_that_needs_nothing_running_runs_as_written():
         assert result.returncode == 0, (example, result.stderr)
         assert "fleetsight_collector_success" in result.stdout, example
         promtool_check_metrics(result.stdout)
+
+
+def test_collectors_register_themselves_and_the_agent_builds_what_is_enabled(tmp_path):
+    """The node agent's collectors come from the registry their modules fill (node_exporter's
+    registerCollector model): order, one name each, and only the enabled and configured ones built."""
+    import pytest
+
+    from exporters import core
+    from exporters.node import COLLECTORS, NodeOptions, build_sources
+
+    assert COLLECTORS == ("pcie", "infiniband", "xid", "bmc", "lustre", "probes")
+    with pytest.raises(ValueError, match="registered twice"):
+        core.register_collector("pcie", position=99)(lambda opts, gpu_map: None)
+    opts = NodeOptions(node="n1", sysfs_root=str(tmp_path), procfs_root=str(tmp_path), nvml=False)
+    # no BMC configured and no probe file: those two build nothing
+    assert [s.name for s in build_sources(opts)] == ["pcie", "infiniband", "xid", "lustre"]
+    opts.collectors = ("xid",)
+    assert [s.name for s in build_sources(opts)] == ["xid"]

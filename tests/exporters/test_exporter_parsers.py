@@ -9,7 +9,7 @@ from exporter_helpers import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters import bmc, fabric, infiniband, kernlog, lustre, pcie, probes, xid
+from exporters import fabric, infiniband, ipmi, kernlog, lustre, pcie, probes, xid
 from exporters.gpus import normalize_bdf
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -228,25 +228,25 @@ def test_lustre_parsers_never_raise(text):
 
 
 def test_ipmitool_outputs():
-    sdr = bmc.parse_sdr_elist((FIXTURES / "ipmitool" / "sdr_elist.txt").read_text())
+    sdr = ipmi.parse_sdr_elist((FIXTURES / "ipmitool" / "sdr_elist.txt").read_text())
     by_id = {p.psu: p for p in sdr.psus}
     assert sdr.chassis_watts == 1512
     assert [(r.sensor, r.ok) for r in sdr.redundancy] == [("Redundancy", False)]
     assert by_id["1"].healthy and by_id["1"].input_watts == 1520 and by_id["1"].output_watts == 1470
     assert by_id["2"].present and not by_id["2"].healthy
     assert not by_id["3"].present and not by_id["3"].healthy
-    assert bmc.parse_dcmi_power((FIXTURES / "ipmitool" / "dcmi_power_reading.txt").read_text()) == 1498
-    sel = bmc.parse_sel_list((FIXTURES / "ipmitool" / "sel_list.txt").read_text())
+    assert ipmi.parse_dcmi_power((FIXTURES / "ipmitool" / "dcmi_power_reading.txt").read_text()) == 1498
+    sel = ipmi.parse_sel_list((FIXTURES / "ipmitool" / "sel_list.txt").read_text())
     assert sel == {"Event Logging Disabled": 1, "Power Supply": 2, "Power Unit": 1}
 
 
 @FUZZ
 @given(st.text(max_size=300))
 def test_ipmi_parsers_never_raise(text):
-    bmc.parse_sdr_elist(text)
-    bmc.parse_sdr_elist("PS1 Status | 64h | ok | 10.1 | " + text)
-    bmc.parse_dcmi_power(text)
-    bmc.parse_sel_list(text)
+    ipmi.parse_sdr_elist(text)
+    ipmi.parse_sdr_elist("PS1 Status | 64h | ok | 10.1 | " + text)
+    ipmi.parse_dcmi_power(text)
+    ipmi.parse_sel_list(text)
 
 
 # -- UFM and the probe file ------------------------------------------------------------------------

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from logs_helpers import LogStack
 
+from alerting.log_alerts import RULES_DIR, venv_bin
 from pipelines.apply import TEMPLATES_DIR
-from pipelines.elastalert import RULES_DIR, venv_bin
 from pipelines.kibana import SAVED_OBJECTS, saved_objects
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,6 @@
-"""ElastAlert2 in the local stack: installed into its own venv (its pinned elasticsearch 7 client does not
-fit the project's), configured from alerting/elastalert/ (the production files) with the local hosts."""
+"""Alerts over logs: ElastAlert2 runs the rules of alerting/elastalert/ (this component owns both the rules
+and their runner). Locally it is installed into its own venv (its pinned elasticsearch 7 client does not
+fit the project's) and configured from the production files with the local hosts."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fleetsight.setup import InstallError, InstallStep, run_logged
 
 ELASTALERT_VERSION = "2.19.0"  # the last release for Python 3.11 (later ones need 3.12+)
 PYTZ_VERSION = "2026.6"  # imported by elastalert2, not declared by it
-ELASTALERT_DIR = Path(__file__).resolve().parent.parent / "alerting" / "elastalert"
+ELASTALERT_DIR = Path(__file__).resolve().parent / "elastalert"
 PRODUCTION_CONFIG = ELASTALERT_DIR / "config.yaml"
 RULES_DIR = ELASTALERT_DIR / "rules"
 STAMP = f"elastalert2 {ELASTALERT_VERSION} pytz {PYTZ_VERSION}"
@@ -118,3 +119,13 @@ def prepare_elastalert(settings: Settings) -> None:
 
 def elastalert_command(settings: Settings) -> list[str]:
     return [str(venv_bin(settings, "elastalert")), "--config", str(local_config_path(settings)), "--verbose"]
+
+
+def elastalert_ready(settings: Settings) -> bool:
+    """ElastAlert2 is up once it has written its status index entry for a first run, or says so."""
+    log = settings.log_file("elastalert")
+    try:
+        text = log.read_text(errors="replace")[-20000:]
+    except OSError:
+        return False
+    return "Starting up" in text or "Ran " in text or "Queried rule" in text
