@@ -48,146 +48,16 @@ from __future__ import annotations
 import math
 import warnings
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from scipy.stats import chi2
 from sklearn.covariance import MinCovDet
 
+from .cause import cause_of, gpu_signals, hardware_signal, nanmedian, round_or_none
+from .state import CAUSES, Candidate, CycleResult, DetectorConfig, Event, JobState, NodeState, Straggler
 from .window import Window
 
-CAUSES = ("power_brake", "thermal", "pcie", "network", "unknown")
-
-
-@dataclass(frozen=True)
-class DetectorConfig:
-    z_threshold: float = 4.0  # a candidate GPU's robust z of tensor activity above its peers
-    z_strong: float = 5.0  # strong enough for two windows in a row (or one with a hardware signal) ...
-    strong_effect: float = 0.16  # ... with a residual at least this (log): twice the largest benign
-    # effect (OS jitter, up to 8 % for up to 3 minutes, plus a window's noise reaches z 5 at times)
-    slow_windows: int = 8  # the slow path: mean residual over this many counted windows ...
-    slow_min_effect: float = 0.08  # ... at least this (log, ~8 % slower than its peers) and z >= z_threshold
-    own_drop: float = 0.05  # a straggler keeps (log) its own usual activity; waiting peers fall below it
-    min_scale: float = 0.02  # floor of the scale: 2 % relative, below a window median's noise
-    max_offset: float = 0.08  # the largest systematic offset a healthy GPU may learn (layout: 2-6 %)
-    history_alpha: float = 0.03  # weight of a new window in a GPU's history (~30 windows of memory;
-    # the first windows average with equal weights so that layout offsets are learnt at once)
-    min_history: int = 6  # windows before a GPU's own spread counts in its scale
-    k: int = 6  # a mild candidate (z_threshold..z_strong) must hold in k ...
-    n: int = 7  # ... of the last n counted windows (longer than benign jitter lasts)
-    slow_k: int = 2  # slow-path candidates in a row (on top of its 8-window average)
-    short_windows: int = 4  # the slow path's short average: decides when significantly (z_threshold)
-    # above slow_min_effect, so that a 15-20 % straggler in a noisy job is not left to the 8-window mean
-    clear_after: int = 3  # counted windows without a candidate before a flag clears
-    min_activity: float = 0.05  # the busiest node's tensor activity below this: nobody computes
-    quiet_ratio: float = 0.5  # busiest node below this share of its usual level: the job moves together
-    md_quantile: float = 0.999  # robust Mahalanobis distance quantile a candidate must pass
-    mcd_rows: int = 1000  # calm rows kept for the covariance model (a reservoir over recent cycles)
-    mcd_min_rows: int = 200  # no model (the z-score decides) before this many calm rows
-    mcd_refit_every: int = 20  # cycles between refits of the model
-    hardware_share: float = 0.5  # share of a window's samples with a throttle bit that counts as a signal
-    few_nodes: int = 8  # jobs under this many nodes take their scale from their own recent windows
-    # (a few nodes' cross-section swings by itself) and have the hardware path below
-    hw_lower: float = 0.05  # small jobs' hardware path: power or SM clock (log) this far below the
-    # peers' while busier than usual against them (slow_min_effect): the node does more with less
-    step_after: int = 3  # small jobs' step path: the mean residual of the last few counted windows ...
-    step_before: int = 8  # ... against the mean of the windows before them: a sudden, lasting rise
-    wander_drift: float = 0.025  # a job whose 8-window means wander more than this (log) by
-    # themselves needs a hardware signal on the slow path. Dense jobs' gauge stays at 0.009-0.016;
-    # expert routing builds up over a job's first half hour, the gauge reading 0.025-0.035 there and
-    # ~0.05 later, and at 0.04 the busiest node of a 38-node (gen_7319) or 3-node MoE job was flagged
-    # while it built up
-    noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
-    # means give the job's robust noise and drift; flagged nodes' values are left out
-    seed: int = 0
-
-
-@dataclass
-class Straggler:
-    """A flagged node of a job, with the cause and the evidence at the time of the flag."""
-
-    job: str
-    node: str
-    cause: str
-    gpu: int
-    score: float
-    since: float
-    evidence: dict[str, Any]
-    updated: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "hpc_job": self.job,
-            "node": self.node,
-            "cause": self.cause,
-            "gpu": self.gpu,
-            "score": round(self.score, 3),
-            "since": self.since,
-            "updated": self.updated,
-            "evidence": self.evidence,
-        }
-
-
-@dataclass
-class Event:
-    """A flag or a clear, for the structured log and the evaluation."""
-
-    kind: str  # "flag", "clear", or "cause" (a flag's cause became known)
-    time: float
-    straggler: Straggler
-
-
-@dataclass
-class CycleResult:
-    scores: list[tuple[str, str, int, float]]  # (job, node, gpu, score)
-    events: list[Event]
-    counted_jobs: int
-    quiet_jobs: int
-
-
-@dataclass
-class _NodeState:
-    recent: deque[bool]
-    strong_run: int = 0
-    slow_run: int = 0
-    hw_run: int = 0
-    quiet_run: int = 0
-    flag: Straggler | None = None
-
-
-@dataclass
-class _JobState:
-    nodes: tuple[str, ...]
-    mu: np.ndarray
-    var: np.ndarray
-    count: np.ndarray
-    own: np.ndarray  # per GPU: usual log tensor activity in calm windows (NaN: not learnt yet)
-    recent_resid: deque[np.ndarray]  # the last counted windows' residuals (the slow path)
-    steps: deque[tuple[np.ndarray, np.ndarray]]  # the same with each GPU's log activity, disturbed
-    # windows included (the step path of small jobs) ...
-    rises: deque[np.ndarray]  # ... and the rises it measured lately: their spread is its noise
-    slow_mean: np.ndarray | None = None  # their mean, per GPU
-    level: float = math.nan  # the busiest node's usual tensor activity
-    windows: int = 0  # counted windows so far (the first ``min_history`` are the job's warm-up)
-    spread: float = math.nan  # the job's usual cross-sectional spread of residuals (calm windows)
-    # The last counted windows' residuals and slow-path means of unflagged nodes: their robust spread
-    # is the job's noise, one window at a time and over minutes (it needs no calm window to learn).
-    noise: deque[np.ndarray] = field(default_factory=deque)
-    drift: deque[np.ndarray] = field(default_factory=deque)
-    node_state: dict[str, _NodeState] = field(default_factory=dict)
-
-
-@dataclass
-class _Candidate:
-    job: str
-    z: np.ndarray  # per GPU
-    features: np.ndarray  # per GPU rows for the covariance model
-    window_nodes: list[int]
-    spread: float  # this window's cross-sectional spread of residuals (NaN under four nodes)
-    kept_pace: np.ndarray  # per GPU: activity not below its own usual level (NaN history: True)
-    resid: np.ndarray  # per GPU: deviation from peers minus the GPU's own usual offset
-    scale: np.ndarray  # per GPU: the scale z divides by
+__all__ = ["CAUSES", "CycleResult", "Detector", "DetectorConfig", "Event", "Straggler"]
 
 
 def leave_one_out_median(values: np.ndarray) -> np.ndarray:
@@ -207,17 +77,12 @@ def _safe_log(values: np.ndarray) -> np.ndarray:
         return np.log(np.where(values > 0, values, np.nan))
 
 
-def _nanmedian(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(np.median(finite)) if finite.size else math.nan
-
-
 class Detector:
     """Stateful: feed it one :class:`Window` per cycle with :meth:`step`."""
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config or DetectorConfig()
-        self.jobs: dict[str, _JobState] = {}
+        self.jobs: dict[str, JobState] = {}
         self.rng = np.random.default_rng(self.config.seed)
         self.md_threshold = float(chi2.ppf(self.config.md_quantile, df=3))
         self.calm_rows = np.zeros((0, 3))
@@ -236,7 +101,7 @@ class Detector:
     def step(self, window: Window) -> CycleResult:
         events: list[Event] = []
         scores: list[tuple[str, str, int, float]] = []
-        candidates: list[_Candidate] = []
+        candidates: list[Candidate] = []
         counted = quiet = 0
         fleet = self._fleet_baseline(window)
         for job_id, node_idx in window.jobs.items():
@@ -265,11 +130,11 @@ class Detector:
         return CycleResult(scores=scores, events=events, counted_jobs=counted, quiet_jobs=quiet)
 
     # ------------------------------------------------------------------------------- per job
-    def _job_state(self, job_id: str, names: list[str], gpus: int) -> _JobState:
+    def _job_state(self, job_id: str, names: list[str], gpus: int) -> JobState:
         state = self.jobs.get(job_id)
         if state is None or state.nodes != tuple(names) or state.mu.shape[1] != gpus:
             shape = (len(names), gpus)
-            state = _JobState(
+            state = JobState(
                 nodes=tuple(names),
                 mu=np.zeros(shape),
                 var=np.zeros(shape),
@@ -280,14 +145,14 @@ class Detector:
                 rises=deque(maxlen=self.config.noise_windows),
                 noise=deque(maxlen=self.config.noise_windows),
                 drift=deque(maxlen=self.config.noise_windows),
-                node_state={n: _NodeState(recent=deque(maxlen=self.config.n)) for n in names},
+                node_state={n: NodeState(recent=deque(maxlen=self.config.n)) for n in names},
             )
             self.jobs[job_id] = state
         return state
 
     def _score_job(
-        self, job_id: str, state: _JobState, window: Window, node_idx: list[int]
-    ) -> _Candidate | None:
+        self, job_id: str, state: JobState, window: Window, node_idx: list[int]
+    ) -> Candidate | None:
         """Robust z of every GPU's tensor activity against its peers and its own history; None when
         the whole job moves together (the window does not count)."""
         cfg = self.config
@@ -316,8 +181,8 @@ class Detector:
         scale = np.full(resid.shape, cfg.min_scale)
         spread = math.nan
         if len(node_idx) >= 4:
-            centre = _nanmedian(resid)
-            spread = 1.4826 * _nanmedian(np.abs(resid - centre))
+            centre = nanmedian(resid)
+            spread = 1.4826 * nanmedian(np.abs(resid - centre))
             usual = state.spread if math.isfinite(state.spread) else spread
             if math.isfinite(usual):
                 scale = np.maximum(scale, usual)
@@ -350,7 +215,7 @@ class Detector:
         log_tensor = _safe_log(tensor)
         fallen = log_tensor - state.own < -cfg.own_drop
         kept_pace = ~np.where(np.isfinite(state.own), fallen, False)
-        return _Candidate(
+        return Candidate(
             job=job_id,
             z=z,
             features=features,
@@ -362,7 +227,7 @@ class Detector:
         )
 
     @staticmethod
-    def _remember(pool: deque[np.ndarray], values: np.ndarray, state: _JobState) -> None:
+    def _remember(pool: deque[np.ndarray], values: np.ndarray, state: JobState) -> None:
         """Keep a window's per-GPU values for the job's noise, without its flagged nodes (an episode
         must not widen the noise that hides it)."""
         flagged = np.array([state.node_state[name].flag is not None for name in state.nodes])
@@ -373,7 +238,7 @@ class Detector:
         if len(rows):
             self.calm_rows = np.concatenate([self.calm_rows, rows])[-self.config.mcd_rows :]
 
-    def _confirm_with_model(self, candidates: list[_Candidate]) -> list[np.ndarray]:
+    def _confirm_with_model(self, candidates: list[Candidate]) -> list[np.ndarray]:
         """Per candidate job, per GPU: is the GPU an outlier of the robust covariance model?
 
         The model (Minimum Covariance Determinant) is fitted on rows of calm windows only (a reservoir
@@ -406,7 +271,7 @@ class Detector:
 
     def _persist(
         self,
-        candidate: _Candidate,
+        candidate: Candidate,
         outlier: np.ndarray,
         window: Window,
         scores: list[tuple[str, str, int, float]],
@@ -473,7 +338,7 @@ class Detector:
                 flag.updated = window.end
                 if flag.cause == "unknown":
                     # A hardware signal can lag the slowdown (a GPU heats up before it throttles).
-                    cause, evidence = self._cause(window, candidate.window_nodes, pos, gpu, node_z)
+                    cause, evidence = cause_of(self.config, window, candidate.window_nodes, pos, gpu, node_z)
                     if cause != "unknown":
                         flag.cause, flag.evidence = cause, evidence
                         events.append(Event("cause", window.end, flag))
@@ -486,9 +351,9 @@ class Detector:
 
     def _maybe_flag(
         self,
-        candidate: _Candidate,
+        candidate: Candidate,
         window: Window,
-        node_state: _NodeState,
+        node_state: NodeState,
         pos: int,
         gpu: int,
         node_z: float,
@@ -497,7 +362,7 @@ class Detector:
         events: list[Event],
     ) -> None:
         cfg = self.config
-        cause, evidence = self._cause(window, candidate.window_nodes, pos, gpu, node_z)
+        cause, evidence = cause_of(self.config, window, candidate.window_nodes, pos, gpu, node_z)
         hardware = cause in ("power_brake", "thermal", "pcie")
         if warm and not hardware:
             return
@@ -515,7 +380,7 @@ class Detector:
             )
             events.append(Event("flag", window.end, node_state.flag))
 
-    def _slow_path(self, state: _JobState, candidate: _Candidate, window: Window) -> np.ndarray:
+    def _slow_path(self, state: JobState, candidate: Candidate, window: Window) -> np.ndarray:
         """Small slowdowns (~10 %) hide in one window's noise: the mean residual over the last
         ``slow_windows`` counted windows must be a physical effect (``slow_min_effect``) and
         significant (the scale shrinks with the square root of the windows averaged). Benign
@@ -548,7 +413,7 @@ class Detector:
                 # Peers whose load drifts for minutes (mixture-of-experts routing) are not
                 # independent from window to window: the spread of the averages says how far they
                 # wander.
-                spread = 1.4826 * _nanmedian(np.abs(mean - _nanmedian(mean)))
+                spread = 1.4826 * nanmedian(np.abs(mean - nanmedian(mean)))
                 if math.isfinite(spread):
                     scale = np.maximum(scale, spread)
             # The same over time, which also works for two or three nodes: how far this job's
@@ -559,11 +424,11 @@ class Detector:
         if drift > cfg.wander_drift:
             # The job's nodes wander by themselves (expert routing): a mild straggler cannot be told
             # from the job's own imbalance unless the hardware says so (or it stepped in: step path).
-            slow &= self._hardware_signal(window, candidate.window_nodes)[:, None]
+            slow &= hardware_signal(self.config, window, candidate.window_nodes)[:, None]
         slow &= candidate.kept_pace
         return np.where(np.isfinite(short), slow, False)
 
-    def _step_path(self, state: _JobState, candidate: _Candidate, window: Window) -> np.ndarray:
+    def _step_path(self, state: JobState, candidate: Candidate, window: Window) -> np.ndarray:
         """Per GPU of a job under ``few_nodes`` nodes: a sudden rise that lasts. Mixture-of-experts
         routing moves load between a small job's nodes by 15-25 %, but slowly (minutes of memory), so
         the slow path there needs a hardware signal. A gray node breaks in from one window to the
@@ -603,7 +468,7 @@ class Detector:
         finite = np.isfinite(rise) & np.isfinite(lowest) & np.isfinite(own_rise)
         return np.where(finite, hit, False) & candidate.kept_pace
 
-    def _hardware_path(self, candidate: _Candidate, window: Window) -> np.ndarray:
+    def _hardware_path(self, candidate: Candidate, window: Window) -> np.ndarray:
         """Per GPU of a job under ``few_nodes`` nodes, busier than usual against its peers: a throttle
         bit while its power or SM clock is below theirs, or a downgraded PCIe link on that GPU.
 
@@ -616,7 +481,7 @@ class Detector:
         shape = candidate.z.shape
         if not 2 <= len(node_idx) < cfg.few_nodes:
             return np.zeros(shape, dtype=bool)
-        throttled, link = self._gpu_signals(window, node_idx)
+        throttled, link = gpu_signals(self.config, window, node_idx)
         power_ratio = candidate.features[:, 1].reshape(shape)
         clock_ratio = candidate.features[:, 2].reshape(shape)
         lower = (np.nan_to_num(power_ratio) <= -cfg.hw_lower) | (np.nan_to_num(clock_ratio) <= -cfg.hw_lower)
@@ -628,21 +493,7 @@ class Detector:
         busier = np.nan_to_num(candidate.resid, nan=-np.inf) >= cfg.slow_min_effect
         return signal & busier & candidate.kept_pace
 
-    def _gpu_signals(self, window: Window, node_idx: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Per GPU: a throttle bit (brake or thermal) in most of the window's samples; a downgraded
-        PCIe link."""
-        share = self.config.hardware_share
-        throttled = (np.nan_to_num(window.brake[node_idx]) >= share) | (
-            np.nan_to_num(window.thermal[node_idx]) >= share
-        )
-        return throttled, np.nan_to_num(window.pcie_downgraded[node_idx]) > 0
-
-    def _hardware_signal(self, window: Window, node_idx: list[int]) -> np.ndarray:
-        """Per node: a throttle bit in most of the window's samples or a downgraded PCIe link."""
-        throttled, link = self._gpu_signals(window, node_idx)
-        return (throttled | link).any(axis=1)
-
-    def _disturbed(self, state: _JobState, candidate: _Candidate) -> bool:
+    def _disturbed(self, state: JobState, candidate: Candidate) -> bool:
         """A window where some node is loud, or the peers scatter far more than usual (they wait for
         a straggler, or the job is unsettled)."""
         cfg = self.config
@@ -653,7 +504,7 @@ class Detector:
         usual = state.spread
         return math.isfinite(candidate.spread) and math.isfinite(usual) and candidate.spread > 2 * usual
 
-    def _learn(self, state: _JobState, candidate: _Candidate, window: Window, busy: np.ndarray) -> None:
+    def _learn(self, state: JobState, candidate: Candidate, window: Window, busy: np.ndarray) -> None:
         """Update the history of every GPU of the nodes that are not ``busy``."""
         cfg = self.config
         node_idx = candidate.window_nodes
@@ -700,62 +551,6 @@ class Detector:
                 else state.spread + cfg.history_alpha * (candidate.spread - state.spread)
             )
 
-    # ------------------------------------------------------------------------------- evidence
-    def _cause(
-        self, window: Window, node_idx: list[int], pos: int, gpu: int, z: float
-    ) -> tuple[str, dict[str, Any]]:
-        """Which hardware signal explains the slow node, and its values against the peers' median."""
-        cfg = self.config
-        node = node_idx[pos]
-        peers = [i for i in node_idx if i != node]
-
-        def node_vs_peers(array: np.ndarray, per_gpu: bool = True) -> tuple[float, float]:
-            value = array[node, gpu] if per_gpu else _nanmedian(array[node])
-            peer = _nanmedian(array[peers]) if peers else math.nan
-            return float(value), peer
-
-        evidence: dict[str, Any] = {"gpu": gpu, "z": round(z, 2)}
-        for key, array in (
-            ("tensor_active", window.tensor),
-            ("power_w", window.power),
-            ("sm_clock_mhz", window.sm_clock),
-            ("gpu_util_pct", window.util),
-        ):
-            value, peer = node_vs_peers(array)
-            evidence[key] = _round(value)
-            evidence[f"{key}_peers_median"] = _round(peer)
-        brake = float(np.nanmax(window.brake[node]))
-        thermal = float(np.nanmax(window.thermal[node]))
-        downgraded = bool(np.nanmax(window.pcie_downgraded[node]) > 0)
-        h2d, h2d_peers = node_vs_peers(window.h2d_bandwidth)
-        ib_errors = float(window.ib_errors[node])
-        ib_errors_peers = _nanmedian(window.ib_errors[peers]) if peers else 0.0
-        wait = float(window.ib_xmit_wait[node])
-        wait_peers = _nanmedian(window.ib_xmit_wait[peers]) if peers else 0.0
-        evidence.update(
-            power_brake_share=round(brake, 2),
-            thermal_share=round(thermal, 2),
-            pcie_downgraded=downgraded,
-            h2d_bandwidth_bytes_per_second=_round(h2d),
-            h2d_bandwidth_peers_median=_round(h2d_peers),
-            ib_errors=_round(ib_errors),
-            ib_errors_peers_median=_round(ib_errors_peers),
-            ib_xmit_wait_per_second=_round(wait),
-            ib_xmit_wait_peers_median=_round(wait_peers),
-        )
-        if brake >= cfg.hardware_share:
-            return "power_brake", evidence
-        if thermal >= cfg.hardware_share:
-            return "thermal", evidence
-        slow_link = math.isfinite(h2d) and math.isfinite(h2d_peers) and h2d < 0.5 * h2d_peers
-        if downgraded or slow_link:
-            return "pcie", evidence
-        peer_errors = ib_errors_peers if math.isfinite(ib_errors_peers) else 0.0
-        peer_wait = wait_peers if math.isfinite(wait_peers) else 0.0
-        if ib_errors >= max(5.0, 10.0 * peer_errors) or wait > 3.0 * peer_wait + 1e5:
-            return "network", evidence
-        return "unknown", evidence
-
     # ------------------------------------------------------------------------------- one node
     def _fleet_baseline(self, window: Window) -> dict[str, tuple[float, float]]:
         """Per GPU model: the median SM clock and power of busy GPUs of multi-node jobs."""
@@ -768,13 +563,13 @@ class Detector:
         for model in set(models.tolist()):
             mask = busy & (models == model)[:, None]
             if mask.any():
-                out[model] = (_nanmedian(window.sm_clock[mask]), _nanmedian(window.power[mask]))
+                out[model] = (nanmedian(window.sm_clock[mask]), nanmedian(window.power[mask]))
         return out
 
     def _peerless(
         self,
         job_id: str,
-        state: _JobState,
+        state: JobState,
         window: Window,
         node: int,
         fleet: dict[str, tuple[float, float]],
@@ -803,9 +598,9 @@ class Detector:
         node_state.recent.append(is_candidate)
         node_state.quiet_run = 0 if is_candidate else node_state.quiet_run + 1
         if node_state.flag is None and is_candidate and sum(node_state.recent) >= 2:
-            cause, evidence = self._cause(window, [node], 0, gpu, float(z[gpu]))
-            evidence["fleet_sm_clock_mhz_median"] = _round(clock_ref)
-            evidence["fleet_power_w_median"] = _round(power_ref)
+            cause, evidence = cause_of(self.config, window, [node], 0, gpu, float(z[gpu]))
+            evidence["fleet_sm_clock_mhz_median"] = round_or_none(clock_ref)
+            evidence["fleet_power_w_median"] = round_or_none(power_ref)
             node_state.flag = Straggler(
                 job_id, name, cause, gpu, float(z[gpu]), window.end, evidence, window.end
             )
@@ -824,7 +619,3 @@ def _pooled_spread(pool: deque[np.ndarray]) -> float:
     values = np.concatenate([v.ravel() for v in pool])
     values = values[np.isfinite(values)]
     return 1.4826 * float(np.median(np.abs(values))) if values.size else 0.0
-
-
-def _round(value: float) -> float | None:
-    return round(float(value), 4) if math.isfinite(value) else None

@@ -1,0 +1,144 @@
+"""What the straggler detector is configured with, what it keeps per job and node between cycles, and
+what it reports (flags, events, each cycle's result). Data only: the scoring is in detector.py, the
+cause of a flag in cause.py."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+CAUSES = ("power_brake", "thermal", "pcie", "network", "unknown")
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    z_threshold: float = 4.0  # a candidate GPU's robust z of tensor activity above its peers
+    z_strong: float = 5.0  # strong enough for two windows in a row (or one with a hardware signal) ...
+    strong_effect: float = 0.16  # ... with a residual at least this (log): twice the largest benign
+    # effect (OS jitter, up to 8 % for up to 3 minutes, plus a window's noise reaches z 5 at times)
+    slow_windows: int = 8  # the slow path: mean residual over this many counted windows ...
+    slow_min_effect: float = 0.08  # ... at least this (log, ~8 % slower than its peers) and z >= z_threshold
+    own_drop: float = 0.05  # a straggler keeps (log) its own usual activity; waiting peers fall below it
+    min_scale: float = 0.02  # floor of the scale: 2 % relative, below a window median's noise
+    max_offset: float = 0.08  # the largest systematic offset a healthy GPU may learn (layout: 2-6 %)
+    history_alpha: float = 0.03  # weight of a new window in a GPU's history (~30 windows of memory;
+    # the first windows average with equal weights so that layout offsets are learnt at once)
+    min_history: int = 6  # windows before a GPU's own spread counts in its scale
+    k: int = 6  # a mild candidate (z_threshold..z_strong) must hold in k ...
+    n: int = 7  # ... of the last n counted windows (longer than benign jitter lasts)
+    slow_k: int = 2  # slow-path candidates in a row (on top of its 8-window average)
+    short_windows: int = 4  # the slow path's short average: decides when significantly (z_threshold)
+    # above slow_min_effect, so that a 15-20 % straggler in a noisy job is not left to the 8-window mean
+    clear_after: int = 3  # counted windows without a candidate before a flag clears
+    min_activity: float = 0.05  # the busiest node's tensor activity below this: nobody computes
+    quiet_ratio: float = 0.5  # busiest node below this share of its usual level: the job moves together
+    md_quantile: float = 0.999  # robust Mahalanobis distance quantile a candidate must pass
+    mcd_rows: int = 1000  # calm rows kept for the covariance model (a reservoir over recent cycles)
+    mcd_min_rows: int = 200  # no model (the z-score decides) before this many calm rows
+    mcd_refit_every: int = 20  # cycles between refits of the model
+    hardware_share: float = 0.5  # share of a window's samples with a throttle bit that counts as a signal
+    few_nodes: int = 8  # jobs under this many nodes take their scale from their own recent windows
+    # (a few nodes' cross-section swings by itself) and have the hardware path below
+    hw_lower: float = 0.05  # small jobs' hardware path: power or SM clock (log) this far below the
+    # peers' while busier than usual against them (slow_min_effect): the node does more with less
+    step_after: int = 3  # small jobs' step path: the mean residual of the last few counted windows ...
+    step_before: int = 8  # ... against the mean of the windows before them: a sudden, lasting rise
+    wander_drift: float = 0.025  # a job whose 8-window means wander more than this (log) by
+    # themselves needs a hardware signal on the slow path. Dense jobs' gauge stays at 0.009-0.016;
+    # expert routing builds up over a job's first half hour, the gauge reading 0.025-0.035 there and
+    # ~0.05 later, and at 0.04 the busiest node of a 38-node (gen_7319) or 3-node MoE job was flagged
+    # while it built up
+    noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
+    # means give the job's robust noise and drift; flagged nodes' values are left out
+    seed: int = 0
+
+
+@dataclass
+class Straggler:
+    """A flagged node of a job, with the cause and the evidence at the time of the flag."""
+
+    job: str
+    node: str
+    cause: str
+    gpu: int
+    score: float
+    since: float
+    evidence: dict[str, Any]
+    updated: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hpc_job": self.job,
+            "node": self.node,
+            "cause": self.cause,
+            "gpu": self.gpu,
+            "score": round(self.score, 3),
+            "since": self.since,
+            "updated": self.updated,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass
+class Event:
+    """A flag or a clear, for the structured log and the evaluation."""
+
+    kind: str  # "flag", "clear", or "cause" (a flag's cause became known)
+    time: float
+    straggler: Straggler
+
+
+@dataclass
+class CycleResult:
+    scores: list[tuple[str, str, int, float]]  # (job, node, gpu, score)
+    events: list[Event]
+    counted_jobs: int
+    quiet_jobs: int
+
+
+@dataclass
+class NodeState:
+    recent: deque[bool]
+    strong_run: int = 0
+    slow_run: int = 0
+    hw_run: int = 0
+    quiet_run: int = 0
+    flag: Straggler | None = None
+
+
+@dataclass
+class JobState:
+    nodes: tuple[str, ...]
+    mu: np.ndarray
+    var: np.ndarray
+    count: np.ndarray
+    own: np.ndarray  # per GPU: usual log tensor activity in calm windows (NaN: not learnt yet)
+    recent_resid: deque[np.ndarray]  # the last counted windows' residuals (the slow path)
+    steps: deque[tuple[np.ndarray, np.ndarray]]  # the same with each GPU's log activity, disturbed
+    # windows included (the step path of small jobs) ...
+    rises: deque[np.ndarray]  # ... and the rises it measured lately: their spread is its noise
+    slow_mean: np.ndarray | None = None  # their mean, per GPU
+    level: float = math.nan  # the busiest node's usual tensor activity
+    windows: int = 0  # counted windows so far (the first ``min_history`` are the job's warm-up)
+    spread: float = math.nan  # the job's usual cross-sectional spread of residuals (calm windows)
+    # The last counted windows' residuals and slow-path means of unflagged nodes: their robust spread
+    # is the job's noise, one window at a time and over minutes (it needs no calm window to learn).
+    noise: deque[np.ndarray] = field(default_factory=deque)
+    drift: deque[np.ndarray] = field(default_factory=deque)
+    node_state: dict[str, NodeState] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    job: str
+    z: np.ndarray  # per GPU
+    features: np.ndarray  # per GPU rows for the covariance model
+    window_nodes: list[int]
+    spread: float  # this window's cross-sectional spread of residuals (NaN under four nodes)
+    kept_pace: np.ndarray  # per GPU: activity not below its own usual level (NaN history: True)
+    resid: np.ndarray  # per GPU: deviation from peers minus the GPU's own usual offset
+    scale: np.ndarray  # per GPU: the scale z divides by
