@@ -3,15 +3,16 @@ real time, the stack's own components around it (exporters, Prometheus with rule
 anomaly service), and the health service reading them. For every fault in the twin's ground truth it
 reports the state and reason its node reached, how long after onset, and when it came back.
 
-The stack is started from the components' own declarations (their ``prepare`` and ``command``), only the
-twin's command is replaced to play the chosen scenario; ``fleetsight up`` always plays the demo.
+The stack is the components' own declarations run by the stack's supervisor (fleetsight/supervisor.py),
+in this process; only the twin's command (to play the chosen scenario; ``fleetsight up`` always plays
+the demo) and the health service's (its policy) are this check's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
-import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,21 +22,13 @@ import httpx
 import yaml
 
 from fleetsight.components import Component, fleetsight_command, load_components
-from fleetsight.procs import kill_group, terminate_group
 from fleetsight.settings import Settings
+from fleetsight.supervisor import Supervisor
 from health.component import serve_command
 from health.policy import parse_duration
 
 AROUND_THE_TWIN = ("slack-sink", "alertmanager", "exporter-node", "exporter-fabric", "anomaly", "prometheus")
 SEVERITY_ORDER = ("healthy", "degraded", "unhealthy", "draining", "drained", "repair")
-
-
-@dataclass
-class Started:
-    name: str
-    process: subprocess.Popen[bytes] | None
-    log: Path
-    problem: str = ""
 
 
 @dataclass
@@ -60,121 +53,95 @@ class TwinStack:
         self.scenario = scenario.resolve()
         self.policy = policy.resolve()
         self.speed = speed
+        self.port_base = port_base
         self.settings = Settings(run_dir=self.folder / "run", port_base=port_base)
-        self.env = {
-            **os.environ,
-            "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
-            "FLEETSIGHT_PORT_BASE": str(port_base),
-        }
         self.truth = self.folder / "truth.jsonl"
-        self.started: list[Started] = []
+        self.supervisor: Supervisor | None = None
 
     # ------------------------------------------------------------------------------ processes
-    def _spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Started:
-        log = self.settings.log_file(name)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as handle:
-            process = subprocess.Popen(
-                command,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.settings.repo_root,
-                env={**self.env, **(env or {})},
-                start_new_session=True,
-            )
-        started = Started(name, process, log)
-        self.started.append(started)
-        return started
+    def components(self) -> list[Component]:
+        """The registry's components around the twin, in start order, with this check's twin (its
+        scenario, pace and truth file) and health service (its policy), all in this stack's run folder
+        and ports."""
+        registry = load_components()
+        local = {
+            "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
+            "FLEETSIGHT_PORT_BASE": str(self.port_base),
+        }
 
-    def _wait_ready(self, started: Started, ready, timeout: float) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while not ready(self.settings):
-            if started.process is not None and started.process.poll() is not None:
-                started.problem = f"exited {started.process.returncode}: {tail(started.log)}"
-                return
-            if time.monotonic() > deadline:
-                started.problem = f"not ready after {timeout:.0f}s: {tail(started.log)}"
-                return
-            time.sleep(0.5)
+        def here(component: Component, **changes: Any) -> Component:
+            env = component.env
+            return dataclasses.replace(component, env=lambda s: {**env(s), **local}, **changes)
 
-    def start(self) -> None:
-        components = load_components()
-        names = [n for n in self.around if n in components]
-        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-        # Prometheus scrapes only what this stack runs (metrics/local.py reads the supervisor's state file).
-        listed = [{"name": n} for n in ("twin", *names, "health")]
-        (self.settings.run_dir / "state.json").write_text(json.dumps({"components": listed}))
-        twin = self._spawn(
+        twin = here(registry["twin"], command=self._twin_command, ready_timeout_s=120.0)
+        health = here(registry["health"], command=self._health_command, depends_on=("alertmanager",))
+        order = [twin]
+        for name in (n for n in self.around if n in registry):
+            if name == "prometheus":  # the health service before Prometheus, which scrapes it
+                order.append(health)
+            order.append(here(registry[name]))
+        return order
+
+    def _twin_command(self, settings: Settings) -> list[str]:
+        return fleetsight_command(
             "twin",
-            fleetsight_command(
-                "twin",
-                "run",
-                "--scenario",
-                str(self.scenario),
-                "--out",
-                str(self.settings.data_dir("twin")),
-                "--truth",
-                str(self.truth),
-                "--serve",
-                "--speed",
-                self.speed,
-                "--listen",
-                f"127.0.0.1:{self.settings.port('twin')}",
-            ),
+            "run",
+            "--scenario",
+            str(self.scenario),
+            "--out",
+            str(settings.data_dir("twin")),
+            "--truth",
+            str(self.truth),
+            "--serve",
+            "--speed",
+            self.speed,
+            "--listen",
+            f"127.0.0.1:{settings.port('twin')}",
         )
-        self._wait_ready(twin, components["twin"].ready, 120)
-        if twin.problem:
-            raise RuntimeError(f"the twin did not start: {twin.problem}")
-        for name in names:
-            if name == "prometheus":
-                self._start_health()
-            self._start_component(components[name])
 
-    def _start_component(self, component: Component) -> None:
-        why = component.missing(self.settings)
-        if why:
-            self.started.append(Started(component.name, None, Path("/dev/null"), why))
-            return
-        try:
-            component.prepare(self.settings)
-        except Exception as exc:  # another component's bug: report it, run the rest
-            self.started.append(Started(component.name, None, Path("/dev/null"), f"prepare failed: {exc}"))
-            return
-        started = self._spawn(component.name, component.command(self.settings), component.env(self.settings))
-        self._wait_ready(started, component.ready, component.ready_timeout_s)
-
-    def _start_health(self) -> None:
-        s = self.settings
-        command = serve_command(
-            f"127.0.0.1:{s.port('health')}",
-            s.data_dir("health"),
+    def _health_command(self, settings: Settings) -> list[str]:
+        return serve_command(
+            f"127.0.0.1:{settings.port('health')}",
+            settings.data_dir("health"),
             policy=self.policy,
             cluster="twin",
-            alertmanagers=[s.url("alertmanager")],
-            prometheus=s.url("prometheus"),
-            scheduler=s.url("twin", "/slurm/v0.0.40"),
+            alertmanagers=[settings.url("alertmanager")],
+            prometheus=settings.url("prometheus"),
+            scheduler=settings.url("twin", "/slurm/v0.0.40"),
         )
-        started = self._spawn("health", command)
-        self._wait_ready(started, load_components()["health"].ready, 30)
-        if started.problem:
-            raise RuntimeError(f"the health service did not start: {started.problem}")
+
+    def start(self) -> None:
+        """Start the stack with the supervisor (in this process: its events go to the run folder's
+        supervisor.log); the twin and the health service must come up, the others are reported."""
+        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+        self.supervisor = Supervisor(self.settings, self.components())
+        with self._supervisor_log():
+            self.supervisor.start_all()
+        for name in ("twin", "health"):
+            state = self.supervisor.states[name]
+            if state.status != "ready":
+                raise RuntimeError(f"the {name} did not start: {state.detail}: {tail(Path(state.log))}")
 
     def stop(self) -> None:
-        for started in reversed(self.started):
-            if started.process is not None and started.process.poll() is None:
-                terminate_group(started.process.pid)
-        for started in self.started:
-            if started.process is None:
-                continue
-            try:
-                started.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                kill_group(started.process.pid)
-                started.process.wait(timeout=5)
+        if self.supervisor is not None:
+            with self._supervisor_log():
+                self.supervisor.stop_all()
+
+    def _supervisor_log(self) -> contextlib.AbstractContextManager[Any]:
+        log = self.settings.log_file("supervisor")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        stack = contextlib.ExitStack()
+        stack.enter_context(contextlib.redirect_stdout(stack.enter_context(log.open("a"))))
+        return stack
 
     def problems(self) -> dict[str, str]:
-        return {s.name: s.problem for s in self.started if s.problem}
+        if self.supervisor is None:
+            return {}
+        return {
+            name: f"{state.status}: {state.detail}"
+            for name, state in self.supervisor.states.items()
+            if state.status not in ("ready", "stopped")
+        }
 
     # ------------------------------------------------------------------------------ observation
     def observe(self, until: float, interval: float = 2.0) -> tuple[dict[str, Timeline], int]:
