@@ -63,8 +63,21 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
 @click.option(
     "--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the REST API and /metrics."
 )
+@click.option(
+    "--open-reads/--token-reads",
+    default=True,
+    show_default=True,
+    help="Answer the API without a token (cluster network), or only to a token with scope `read` "
+    "(FLEETSIGHT_ANOMALY_TOKENS='tok=read' or FLEETSIGHT_ANOMALY_TOKENS_FILE).",
+)
 def serve(
-    prometheus_url: str, slurm_url: str | None, listen: str, interval: float, window: str, step: str
+    prometheus_url: str,
+    slurm_url: str | None,
+    listen: str,
+    open_reads: bool,
+    interval: float,
+    window: str,
+    step: str,
 ) -> None:
     """Run the service: read Prometheus every cycle, flag stragglers, serve /metrics and /v1/stragglers.
 
@@ -77,9 +90,17 @@ def serve(
     """
     import uvicorn
 
+    from fleetsight import auth
+
     from .service import AnomalyService, ServiceConfig, create_app
 
     setup_logging()
+    try:
+        guard = auth.TokenGuard(auth.load_tokens("FLEETSIGHT_ANOMALY", (auth.READ,)), open_reads)
+    except auth.TokenError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not open_reads and not guard.tokens:
+        raise click.UsageError("--token-reads needs at least one token (FLEETSIGHT_ANOMALY_TOKENS)")
     host, _, port = listen.rpartition(":")
     if not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
@@ -94,7 +115,14 @@ def serve(
             {"event": "serving", "listen": listen, "prometheus_url": prometheus_url, "slurm_url": slurm_url}
         )
     )
-    uvicorn.run(create_app(service), host=host or "127.0.0.1", port=int(port), log_level="warning")
+    uvicorn.run(
+        create_app(service, guard=guard),
+        host=host or "127.0.0.1",
+        port=int(port),
+        log_level="warning",
+        timeout_keep_alive=5,
+        limit_concurrency=256,  # past that, 503 instead of an unbounded queue
+    )
 
 
 def parse_when(value: str, now: float, hint: str) -> float:

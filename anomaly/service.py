@@ -19,10 +19,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import Depends, FastAPI, HTTPException, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from fleetsight import auth
 
 from .detector import Detector, DetectorConfig, Event, Straggler
 from .source import PrometheusSource, SourceError
@@ -229,7 +231,13 @@ class ServiceCollector(Collector):
         )
 
 
-def create_app(service: AnomalyService, run_loop: bool = True) -> FastAPI:
+def create_app(
+    service: AnomalyService, run_loop: bool = True, guard: auth.TokenGuard | None = None
+) -> FastAPI:
+    """The REST API. Every route is a read: open on the cluster network unless ``guard`` says reads need
+    a token (scope ``read``, fleetsight.auth's scheme, FLEETSIGHT_ANOMALY_TOKENS)."""
+    guard = guard or auth.TokenGuard()
+    reader = [Depends(guard.require(auth.READ))]
     registry = CollectorRegistry()
     registry.register(ServiceCollector(service))
 
@@ -245,17 +253,22 @@ def create_app(service: AnomalyService, run_loop: bool = True) -> FastAPI:
         description="Straggler nodes of running jobs, with cause and evidence (node vs peers' median).",
         version="1",
         lifespan=lifespan,
+        responses=auth.ERROR_RESPONSES,
     )
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/stragglers", summary="Every flagged straggler, with cause and evidence")
+    app.add_middleware(auth.BodyLimit)
+
+    @app.get(
+        "/v1/stragglers", summary="Every flagged straggler, with cause and evidence", dependencies=reader
+    )
     def stragglers() -> dict[str, Any]:
         return {"stragglers": service.straggler_items(), "status": service.status()}
 
-    @app.get("/v1/jobs/{job_id}/stragglers", summary="The flagged stragglers of one job")
+    @app.get("/v1/jobs/{job_id}/stragglers", summary="The flagged stragglers of one job", dependencies=reader)
     def job_stragglers(job_id: str) -> dict[str, Any]:
         known = job_id in service.detector.jobs
         items = service.straggler_items(job_id)
@@ -265,7 +278,7 @@ def create_app(service: AnomalyService, run_loop: bool = True) -> FastAPI:
             )
         return {"hpc_job": job_id, "stragglers": items}
 
-    @app.get("/v1/status", summary="Source health and the last cycle")
+    @app.get("/v1/status", summary="Source health and the last cycle", dependencies=reader)
     def status() -> dict[str, Any]:
         return service.status()
 

@@ -8,57 +8,41 @@ FLEETSIGHT_HEALTH_TOKENS_FILE, never from the policy file, and are never logged.
 """
 
 import datetime as dt
-import hmac
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field
 
+from fleetsight import auth
+
 from .engine import BREAKER_RUNBOOK, STATES, HealthEngine, Observation, young_interval
 from .policy import Policy, PolicyError, parse_duration
 from .sources import Sources, split_urls
 
 log = logging.getLogger("health.service")
+State = Literal[STATES]  # type: ignore[valid-type]  # the API's schema lists the states
 SCOPES = ("read", "drain", "override")
 
 
 # ---------------------------------------------------------------------------------- tokens
-def parse_tokens(text: str, separator: str = ";") -> dict[str, set[str]]:
-    """ "tokA=read,drain;tokB=read" (env) or one "token scope,scope" per line (file)."""
-    tokens: dict[str, set[str]] = {}
-    for entry in text.split(separator):
-        entry = entry.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        token, _, scopes = entry.replace("=", " ", 1).partition(" ")
-        wanted = {s.strip() for s in scopes.split(",") if s.strip()}
-        unknown = wanted - set(SCOPES)
-        if unknown:
-            raise PolicyError(
-                f"token with unknown scope(s) {', '.join(sorted(unknown))} (known: {', '.join(SCOPES)})"
-            )
-        tokens[token] = wanted
-    return tokens
-
-
-def load_tokens(environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, set[str]]:
-    tokens = parse_tokens(environ.get("FLEETSIGHT_HEALTH_TOKENS", ""))
-    path = environ.get("FLEETSIGHT_HEALTH_TOKENS_FILE")
-    if path:
-        tokens.update(parse_tokens(Path(path).read_text(), separator="\n"))
-    return tokens
+def load_tokens(environ: Mapping[str, str] = os.environ) -> dict[str, frozenset[str]]:
+    """FLEETSIGHT_HEALTH_TOKENS and FLEETSIGHT_HEALTH_TOKENS_FILE (fleetsight.auth's scheme)."""
+    try:
+        return auth.load_tokens("FLEETSIGHT_HEALTH", SCOPES, environ)
+    except auth.TokenError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------- rendered answers
@@ -107,7 +91,7 @@ class HealthService:
         policy: Policy,
         sources: Sources,
         state_dir: Path | None = None,
-        tokens: dict[str, set[str]] | None = None,
+        tokens: Mapping[str, frozenset[str]] | None = None,
         cluster: str = "",
         breaker_alert_url: str | None = None,
     ) -> None:
@@ -287,7 +271,7 @@ class ResumeRequest(BaseModel):
 
 
 class OverrideRequest(BaseModel):
-    state: str = Field(description=f"One of {', '.join(STATES)}")
+    state: State = Field(description=f"One of {', '.join(STATES)}")
     reason: str = Field(min_length=3, max_length=500)
     expires_in: str = Field(description="Every override expires (e.g. 30m, 8h)")
 
@@ -297,39 +281,14 @@ def create_app(service: HealthService) -> FastAPI:
         title="FleetSight health service",
         version="1",
         description="One health state per node, with reasons and provenance, for schedulers and operators.",
+        responses=auth.ERROR_RESPONSES,
     )
+    app.add_middleware(auth.BodyLimit)
     registry = CollectorRegistry()
     registry.register(HealthCollector(service))
     policy = service.policy
 
-    def token_scopes(request: Request) -> set[str] | None:
-        header = request.headers.get("authorization", "")
-        if not header:
-            return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise HTTPException(401, "Authorization must be 'Bearer <token>'", {"WWW-Authenticate": "Bearer"})
-        for known, scopes in service.tokens.items():
-            if hmac.compare_digest(known.encode(), token.strip().encode()):
-                return scopes
-        raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
-
-    def require(scope: str):
-        async def check(request: Request) -> str:
-            scopes = token_scopes(request)
-            if scope == "read" and policy.open_reads:
-                return "anonymous"
-            if scopes is None:
-                raise HTTPException(
-                    401, f"this needs a bearer token with scope {scope!r}", {"WWW-Authenticate": "Bearer"}
-                )
-            if scope not in scopes:
-                raise HTTPException(
-                    403, f"the token lacks scope {scope!r} (it has: {', '.join(sorted(scopes)) or 'none'})"
-                )
-            return request.headers["authorization"][-4:]  # who did it, without the secret
-
-        return check
+    require = auth.TokenGuard(service.tokens, policy.open_reads).require
 
     Reader = Annotated[str, Depends(require("read"))]
     Drainer = Annotated[str, Depends(require("drain"))]
@@ -365,17 +324,20 @@ def create_app(service: HealthService) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/v1/nodes", summary="Every node's state (filter with ?state=)", response_class=JSONBytes)
-    async def list_nodes(_: Reader, state: Annotated[list[str] | None, Query()] = None) -> Response:
-        for value in state or []:
-            if value not in STATES:
-                raise HTTPException(422, f"unknown state {value!r}; states are {', '.join(STATES)}")
-        return JSONBytes(service.rendered.node_list(state or []))
+    @app.get(
+        "/v1/nodes",
+        summary="Every node's state (filter with ?state=)",
+        response_class=JSONBytes,
+        responses=auth.JSON_OBJECT_RESPONSE,
+    )
+    async def list_nodes(_: Reader, state: Annotated[list[State] | None, Query()] = None) -> Response:
+        return JSONBytes(service.rendered.node_list(list(state or [])))
 
     @app.get(
         "/v1/nodes/{node}",
         summary="One node: state, reasons with evidence, history",
         response_class=JSONBytes,
+        responses=auth.JSON_OBJECT_RESPONSE,
     )
     async def get_node(node: str, _: Reader) -> Response:
         body = service.rendered.node_json.get(node)
@@ -401,7 +363,12 @@ def create_app(service: HealthService) -> FastAPI:
                 unfit.append({"node": node, "state": known[1], "reasons": known[2]})
         return JSONResponse({"ok": not unfit, "fit": fit, "unfit": unfit, "unknown": unknown})
 
-    @app.get("/v1/drain-list", summary="Nodes FleetSight wants out of scheduling, with the reason")
+    @app.get(
+        "/v1/drain-list",
+        summary="Nodes FleetSight wants out of scheduling, with the reason",
+        response_class=JSONBytes,
+        responses=auth.JSON_OBJECT_RESPONSE,
+    )
     async def drain_list(_: Reader) -> Response:
         return JSONBytes(service.rendered.drain_json)
 
@@ -430,8 +397,6 @@ def create_app(service: HealthService) -> FastAPI:
     @app.post("/v1/nodes/{node}/override", summary="Force a state for a while (scope: override)")
     def override(node: str, body: OverrideRequest, who: Overrider) -> dict[str, Any]:
         known_node(node)
-        if body.state not in STATES:
-            raise HTTPException(422, f"unknown state {body.state!r}; states are {', '.join(STATES)}")
         ttl = seconds(body.expires_in, "expires_in")
         with service.lock:
             service.engine.set_override(node, body.state, body.reason, f"token …{who}", time.time(), ttl)
