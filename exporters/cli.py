@@ -16,7 +16,7 @@ from typing import Any
 import click
 import yaml
 
-from . import serving
+from . import serving, webconfig
 from .core import configure_logging, kv
 from .node import (
     COLLECTORS,
@@ -114,6 +114,13 @@ def cli() -> None:
 )
 @click.option(
     "--listen", default="0.0.0.0:9401", show_default=True, help="HOST:PORT of the metrics endpoint."
+)
+@click.option(
+    "--web.config.file",
+    "web_config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TLS and basic auth for the endpoint, in exporter-toolkit's format (as node_exporter's).",
 )
 @click.option("--once", is_flag=True, help="Print one scrape (Prometheus text format) and exit.")
 @click.option(
@@ -222,7 +229,7 @@ def node(**options: Any) -> None:
         sys.stdout.write(agent.scrape().decode())
         agent.close()
         return
-    server = start_server(options["listen"], single_node_pages(agent))
+    server = start_server(options["listen"], single_node_pages(agent), options["web_config_file"])
     settle_memory()
     log.info(kv(event="listening", node=opts.node, address=options["listen"]))
     wait_for_signal()
@@ -245,7 +252,8 @@ def run_node_set(options: dict[str, Any]) -> None:
         sys.stdout.write(nodes.scrape_all().decode())
         nodes.close()
         return
-    server = start_server(options["listen"], node_set_pages(nodes, advertised_address(options["listen"])))
+    pages = node_set_pages(nodes, advertised_address(options["listen"]))
+    server = start_server(options["listen"], pages, options["web_config_file"])
     settle_memory()
     log.info(kv(event="listening", nodes=len(nodes.agents), address=options["listen"], nodes_file=nodes.path))
     wait_for_signal()
@@ -254,7 +262,7 @@ def run_node_set(options: dict[str, Any]) -> None:
 
 
 # Options that belong to the process, not to a node: a nodes file may not set them.
-PROCESS_OPTIONS = {"listen", "once", "nodes_file", "log_level", "config"}
+PROCESS_OPTIONS = {"listen", "once", "nodes_file", "log_level", "config", "web_config_file"}
 
 
 def entry_options(entry: dict, options: dict[str, Any], command: click.Command) -> NodeOptions:
@@ -276,9 +284,15 @@ def entry_options(entry: dict, options: dict[str, Any], command: click.Command) 
         raise ValueError(f"node {node}: {exc.message}") from exc
 
 
-def start_server(listen: str, pages: Callable[[str], serving.Page | None]) -> ThreadingHTTPServer:
+def start_server(
+    listen: str, pages: Callable[[str], serving.Page | None], web_config_file: str | None = None
+) -> ThreadingHTTPServer:
     try:
-        return serving.serve(listen, pages)
+        web = webconfig.load(web_config_file) if web_config_file else None
+    except webconfig.WebConfigError as exc:
+        raise click.ClickException(f"--web.config.file {exc}") from exc
+    try:
+        return serving.serve(listen, pages, web)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc}") from exc
 
@@ -374,6 +388,13 @@ def node_options(options: dict[str, Any]) -> NodeOptions:
 @click.option(
     "--listen", default="0.0.0.0:9410", show_default=True, help="HOST:PORT of the metrics endpoint."
 )
+@click.option(
+    "--web.config.file",
+    "web_config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TLS and basic auth for the endpoint, in exporter-toolkit's format (as node_exporter's).",
+)
 @click.option("--once", is_flag=True, help="Fetch once, print the metrics (Prometheus text format), exit.")
 @click.option("--log-level", default="INFO", show_default=True)
 def fabric(**options: Any) -> None:
@@ -408,7 +429,7 @@ def fabric(**options: Any) -> None:
         exporter.close()
         return
     exporter.start()
-    server = start_server(options["listen"], exporter.page)
+    server = start_server(options["listen"], exporter.page, options["web_config_file"])
     log.info(kv(event="listening", address=options["listen"], ufm=options["ufm_url"]))
     wait_for_signal()
     server.shutdown()

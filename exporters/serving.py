@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .webconfig import WebConfig
+
 GZIP_MIN_BYTES = 1024  # below this, compressing costs more than it saves
 
 
@@ -50,11 +52,23 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def serve(listen: str, pages: Callable[[str], Page | None]) -> ThreadingHTTPServer:
-    """Starts answering GET requests on ``listen`` (HOST:PORT) from ``pages``; returns the server."""
+def serve(
+    listen: str, pages: Callable[[str], Page | None], web: WebConfig | None = None
+) -> ThreadingHTTPServer:
+    """Starts answering GET requests on ``listen`` (HOST:PORT) from ``pages``; returns the server. With a
+    web configuration: TLS on the socket, and basic auth on every request."""
+    web = web or WebConfig()
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 10  # a client that opens a connection and sends nothing is dropped
+
         def do_GET(self) -> None:
+            if not web.authorized(self.headers.get("Authorization")):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="fleetsight"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             path = self.path.split("?", 1)[0]
             try:
                 page = pages(path) or not_found()
@@ -80,6 +94,9 @@ def serve(listen: str, pages: Callable[[str], Page | None]) -> ThreadingHTTPServ
 
     host, port = parse_listen(listen)
     server = ThreadingHTTPServer((host, port), Handler)
+    if web.tls is not None:
+        # handshakes happen in the request threads (not in accept), so one slow client blocks no one
+        server.socket = web.tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
