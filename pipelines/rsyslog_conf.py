@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import generate
+from .catalogue import CATALOGUES
 from .logclasses import LOG_CLASSES, LogClass
 
 CONSUMER_GROUP = "fleetsight-shipper"
@@ -57,6 +59,55 @@ NODE_RECORD = (
     '"event":{"id":"%$.doc_id:::json%"},'
     '"fleetsight":{"cluster":"%$.cluster:::json%"}}'
 )
+
+
+READ_TIME_TEMPLATE = "fleetsight_read_time"
+
+
+def edge_preamble(edge_dir: Path = generate.EDGE_DIR) -> list[str]:
+    """What the edge rulesets need at the top of a node configuration: mmnormalize, the Xid lookup tables
+    and the template of the time rsyslog read a line."""
+    return [
+        'module(load="mmnormalize")',
+        generate.lookup_tables(edge_dir),
+        f'template(name="{READ_TIME_TEMPLATE}" type="string" string="%timegenerated:::date-rfc3339%")',
+        'template(name="fleetsight_edge_record" type="string" string="%$!%")',
+    ]
+
+
+def edge_parse_ruleset(log_class: str, edge_dir: Path = generate.EDGE_DIR) -> str:
+    """The ruleset that parses one catalogued class's line on the node into its ECS document ($!)."""
+    body = generate.edge_ruleset(CATALOGUES[log_class], edge_dir, READ_TIME_TEMPLATE)
+    return f'ruleset(name="edge_parse_{log_class}") {{\n{body}\n}}'
+
+
+def edge_file_config(
+    work_dir: Path, source: Path, out_file: Path, raw_file: Path, log_class: str, node: str, cluster: str
+) -> str:
+    """A node-side rsyslog that parses one file with the edge ruleset and writes, per line, the ECS
+    document (out_file) and the raw node record the ingest pipelines take (raw_file): the equivalence
+    test runs the same lines through both engines with these."""
+    return "\n".join(
+        [
+            f'global(workDirectory={quote(str(work_dir))} maxMessageSize="64k")',
+            'module(load="imfile" mode="inotify")',
+            *edge_preamble(),
+            f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD + chr(10))})',
+            'template(name="fleetsight_edge_line" type="string" string="%$!%\\n")',
+            edge_parse_ruleset(log_class),
+            f'input(type="imfile" file={quote(str(source))} tag="{log_class}" ruleset="edge_file" '
+            'addMetadata="on" freshStartTail="off")',
+            'ruleset(name="edge_file") {',
+            f"  set $.node = {quote(node)};",
+            f"  set $.cluster = {quote(cluster)};",
+            '  set $.doc_id = $.node & ":" & $!metadata!filename & ":" & $!metadata!fileoffset;',
+            f'  action(type="omfile" file={quote(str(raw_file))} template="fleetsight_node_record")',
+            f"  call edge_parse_{log_class}",
+            f'  action(type="omfile" file={quote(str(out_file))} template="fleetsight_edge_line")',
+            "}",
+            "",
+        ]
+    )
 
 
 def node_paths(log_class: LogClass, options: NodeOptions) -> list[str]:
