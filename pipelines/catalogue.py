@@ -135,6 +135,8 @@ def _xid_patterns() -> tuple[str, ...]:
     return tuple(anchored + anywhere)
 
 
+LUSTRE_CONNECTION = "Lustre: {lustre.device:to::}: Connection "
+
 KERNEL = ClassCatalogue(
     log_class="kernel",
     envelopes=(
@@ -192,18 +194,14 @@ KERNEL = ClassCatalogue(
         ),
         Rule(
             "lustre_connection_lost",
-            (
-                "Lustre: {lustre.device:to::}: Connection to {lustre.target:word} (at {lustre.nid:to:)}) was lost",
-            ),
+            (LUSTRE_CONNECTION + "to {lustre.target:word} (at {lustre.nid:to:)}) was lost",),
             "lustre_connection_lost",
             "warning",
             "file",
         ),
         Rule(
             "lustre_connection_restored",
-            (
-                "Lustre: {lustre.device:to::}: Connection restored to {lustre.target:word} (at {lustre.nid:to:)})",
-            ),
+            (LUSTRE_CONNECTION + "restored to {lustre.target:word} (at {lustre.nid:to:)})",),
             "lustre_connection_restored",
             "info",
             "file",

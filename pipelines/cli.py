@@ -14,7 +14,6 @@ from fleetsight.settings import Settings
 
 from . import search as search_mod
 from .apply import ApplyError, apply_all
-from .xid_lookup import KERNEL_PIPELINE, write_catalog
 
 console = Console()
 
@@ -154,24 +153,31 @@ def search(
 
 
 @cli.command()
-@click.option("--check", is_flag=True, help="Exit 1 if the kernel pipeline's lookup differs; write nothing.")
+@click.option("--check", is_flag=True, help="Exit 1 if a generated file differs; write nothing.")
 def generate(check: bool) -> None:
-    """Write the Xid lookup of pipelines/ingest/kernel.json from fleetsight/xid_catalog.py (one source).
+    """Write what is generated from the pattern catalogue (pipelines/catalogue.py) and the Xid catalogue
+    (fleetsight/xid_catalog.py): the catalogued ingest pipelines' grok, dates and classify parameters,
+    and the node side's liblognorm rulebases and Xid lookup tables under pipelines/edge/.
 
     \b
     Examples:
       fleetsight logs generate
-      fleetsight logs generate --check
+      fleetsight logs generate --check     # in CI: the files agree with the catalogues
     """
-    if check:
-        from .xid_lookup import catalog_params, embedded_params
+    from . import generate as gen
 
-        if embedded_params() != catalog_params():
-            raise click.ClickException(f"{KERNEL_PIPELINE} is out of date: run `fleetsight logs generate`")
-        console.print(f"{KERNEL_PIPELINE.name}: up to date")
+    if check:
+        stale = gen.stale()
+        if stale:
+            names = ", ".join(str(path.relative_to(gen.PIPELINES_DIR)) for path in stale)
+            raise click.ClickException(f"out of date: {names}: run `fleetsight logs generate`")
+        console.print("generated files: up to date")
         return
-    changed = write_catalog()
-    console.print(f"{KERNEL_PIPELINE.name}: {'rewritten' if changed else 'already up to date'}")
+    changed = gen.write()
+    for path in changed:
+        console.print(f"{path.relative_to(gen.PIPELINES_DIR)}: rewritten")
+    if not changed:
+        console.print("generated files: already up to date")
 
 
 @cli.command("kibana-import")

@@ -33,7 +33,8 @@ GROK_TYPES = {
     "alpha": "[A-Za-z]+",
     "ws": "\\s+",
     "rest": ".*",
-    "rfc5424": "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?(?:Z|[+-][0-9]{2}:[0-9]{2})",
+    "rfc5424": "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?"
+    "(?:Z|[+-][0-9]{2}:[0-9]{2})",
     "rfc3164": "[A-Z][a-z]{2} {1,2}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}",
 }
 LOGNORM_TYPES = {
@@ -52,7 +53,7 @@ MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 NEGATIVE = "__neg"  # lognorm's number takes no sign: a sint field has a '-' variant under this suffix
 
 
-# -- grok (ingest pipeline) ------------------------------------------------------------------------------
+# -- grok (ingest pipeline) ------------------------------------------------------------------------
 
 
 def _definition_name(field: Field) -> str:
@@ -96,7 +97,7 @@ def grok_patterns(rules: tuple[Rule, ...]) -> tuple[list[str], dict[str, str]]:
     return patterns, dict(sorted(definitions.items()))
 
 
-# -- liblognorm (edge) -----------------------------------------------------------------------------------
+# -- liblognorm (edge) -----------------------------------------------------------------------------
 
 
 def lognorm_name(name: str) -> str:
@@ -147,7 +148,7 @@ def lognorm_rulebase(rules: tuple[Rule, ...], what: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- classify (both engines) -------------------------------------------------------------------------------
+# -- classify (both engines) -----------------------------------------------------------------------
 
 
 def rule_params(catalogue: ClassCatalogue) -> dict[str, Any]:
@@ -223,7 +224,7 @@ if (ctx._tmp.day != null) {
 }"""
 
 
-# -- the ingest pipeline, rewritten in place ------------------------------------------------------------------
+# -- the ingest pipeline, rewritten in place -------------------------------------------------------
 
 
 def _by_tag(processors: list[dict[str, Any]], kind: str, tag: str) -> dict[str, Any]:
@@ -301,7 +302,7 @@ def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict
     return pipeline
 
 
-# -- the edge ruleset (RainerScript) --------------------------------------------------------------------------
+# -- the edge ruleset (RainerScript) ---------------------------------------------------------------
 
 
 def _rs_path(name: str) -> str:
@@ -330,8 +331,9 @@ def _copy_fields(rules: tuple[Rule, ...], source: str) -> list[str]:
                 continue
             lines.append(f"  if exists({src}) then {{ set {_rs_path(field.name)} = {value}; }}")
             if field.type == "sint":
+                negative = src + NEGATIVE
                 lines.append(
-                    f"  if exists({src}{NEGATIVE}) then {{ set {_rs_path(field.name)} = 0 - {src}{NEGATIVE}; }}"
+                    f"  if exists({negative}) then {{ set {_rs_path(field.name)} = 0 - {negative}; }}"
                 )
     return lines
 
@@ -357,11 +359,13 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         "  set $.fileoffset = $!metadata!fileoffset;",
         "  set $.filename = $!metadata!filename;",
         "  unset $!metadata;",
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on" path="$!_env")',
+        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
+        ' path="$!_env")',
         '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
         "  set $.body = $rawmsg;",
         '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body" path="$!_ev")',
+        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
+        ' path="$!_ev")',
         '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
         "  set $!message = $rawmsg;",
         "  set $!@timestamp = $.created;",
@@ -399,8 +403,8 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         "      }",
         '      set $.day = substring(format_time($.unix, "date-rfc3339"), 0, 10);',
         "    }",
-        '    if $.unix == 0 or format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") != $.day & "T00:00:00Z" '
-        'then { set $.tsbad = "1"; }',
+        '    if $.unix == 0 or format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") '
+        '!= $.day & "T00:00:00Z" then { set $.tsbad = "1"; }',
         '    else { set $.ts = substring(format_time($.unix, "date-rfc3339"), 0, 19) & "." & $.ms & "Z"; }',
         "  }",
         "  if exists($!_env!f__tmp_ctime) then {",
@@ -431,8 +435,8 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
     del env_fields
     for rule in catalogue.events:
         lines.append(
-            f'  if $.rule == "{rule.id}" then {{ set $.action = "{rule.action}"; set $.level = "{rule.level}"; '
-            f'set $.category = "{rule.category}"; }}'
+            f'  if $.rule == "{rule.id}" then {{ set $.action = "{rule.action}"; '
+            f'set $.level = "{rule.level}"; set $.category = "{rule.category}"; }}'
         )
     lines += [
         '  if $.rule == "sxid" then {',
@@ -496,7 +500,7 @@ def _xid_table(what: str) -> str:
     return json.dumps({"version": 1, "nomatch": unknown, "type": "string", "table": table}, indent=1) + "\n"
 
 
-# -- writing and checking ---------------------------------------------------------------------------------
+# -- writing and checking --------------------------------------------------------------------------
 
 
 def generated_files() -> dict[Path, str]:
