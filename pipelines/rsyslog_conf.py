@@ -85,7 +85,14 @@ def edge_parse_ruleset(log_class: str, edge_dir: Path = generate.EDGE_DIR) -> st
 
 
 def edge_file_config(
-    work_dir: Path, source: Path, out_file: Path, raw_file: Path, log_class: str, node: str, cluster: str
+    work_dir: Path,
+    source: Path,
+    out_file: Path,
+    raw_file: Path | None,
+    log_class: str,
+    node: str,
+    cluster: str,
+    parse: bool = True,
 ) -> str:
     """A node-side rsyslog that parses one file with the edge ruleset and writes, per line, the ECS
     document (out_file) and the raw node record the ingest pipelines take (raw_file): the equivalence
@@ -104,9 +111,12 @@ def edge_file_config(
             f"  set $.node = {quote(node)};",
             f"  set $.cluster = {quote(cluster)};",
             '  set $.doc_id = $.node & ":" & $!metadata!filename & ":" & $!metadata!fileoffset;',
-            f'  action(type="omfile" file={quote(str(raw_file))} template="fleetsight_node_record")',
-            f"  call edge_parse_{log_class}",
-            f'  action(type="omfile" file={quote(str(out_file))} template="fleetsight_edge_line")',
+            f'  action(type="omfile" file={quote(str(raw_file))} template="fleetsight_node_record")'
+            if raw_file
+            else "  # no raw record",
+            f"  call edge_parse_{log_class}" if parse else "  # not parsed (the benchmark's baseline)",
+            f'  action(type="omfile" file={quote(str(out_file))} '
+            f'template="{"fleetsight_edge_line" if parse else "fleetsight_node_record"}")',
             "}",
             "",
         ]
