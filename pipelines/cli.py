@@ -213,13 +213,31 @@ def kibana_import(kibana_url: str) -> None:
 @click.option(
     "--url", "search_url", default="http://elasticsearch:9200", show_default=True, help="Shipper only."
 )
-def rsyslog_config(role: str, brokers: tuple[str, ...], cluster: str, work_dir: str, search_url: str) -> None:
-    """Print the rsyslog configuration of a real node (files under /var/log -> Kafka) or of a shipper
-    (Kafka -> Elasticsearch through the ingest pipelines). Check it with `rsyslogd -N1 -f FILE`.
+@click.option(
+    "--edge-dir",
+    default=None,
+    help="Node only: where the node has pipelines/edge/ (rulebases, Xid tables); default this checkout's.",
+)
+@click.option(
+    "--no-edge-parse", is_flag=True, help="Node only: ship every class raw, for the ingest pipelines."
+)
+def rsyslog_config(
+    role: str,
+    brokers: tuple[str, ...],
+    cluster: str,
+    work_dir: str,
+    search_url: str,
+    edge_dir: str | None,
+    no_edge_parse: bool,
+) -> None:
+    """Print the rsyslog configuration of a real node (files under /var/log -> parsed on the node ->
+    Kafka) or of a shipper (Kafka -> Elasticsearch: edge topics with no pipeline, raw topics through the
+    ingest pipelines). Check it with `rsyslogd -N1 -f FILE`; copy pipelines/edge/ to the node with it.
 
     \b
     Examples:
       fleetsight logs rsyslog-config --broker kafka-1:9092 --cluster prod-a > /etc/rsyslog.d/fleetsight.conf
+      fleetsight logs rsyslog-config --broker kafka-1:9092 --edge-dir /usr/share/fleetsight/edge
       fleetsight logs rsyslog-config --role shipper --broker kafka:9092 --url http://es:9200
     """
     from pathlib import Path
@@ -228,9 +246,16 @@ def rsyslog_config(role: str, brokers: tuple[str, ...], cluster: str, work_dir: 
     from .rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
 
     if role == "node":
-        sys.stdout.write(
-            node_config(NodeOptions(brokers=list(brokers), work_dir=Path(work_dir), cluster=cluster))
+        from .generate import EDGE_DIR
+
+        options = NodeOptions(
+            brokers=list(brokers),
+            work_dir=Path(work_dir),
+            cluster=cluster,
+            edge_parse=not no_edge_parse,
+            edge_dir=Path(edge_dir) if edge_dir else EDGE_DIR,
         )
+        sys.stdout.write(node_config(options))
         return
     url = urlparse(search_url)
     options = ShipperOptions(

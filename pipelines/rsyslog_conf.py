@@ -44,6 +44,7 @@ class NodeOptions:
     # Parse the catalogued classes (pipelines/catalogue.py) here and ship ECS JSON to their edge topics;
     # False ships every class raw, for the ingest pipelines (the pre-#25 path; the benchmark compares).
     edge_parse: bool = True
+    edge_dir: Path = generate.EDGE_DIR  # where the node finds the rulebases and lookup tables
 
 
 def quote(text: str) -> str:
@@ -153,7 +154,11 @@ def node_config(options: NodeOptions) -> str:
         "",
     ]
     if options.edge_parse:
-        lines += [*edge_preamble(), *[edge_parse_ruleset(name) for name in CATALOGUES], ""]
+        lines += [
+            *edge_preamble(options.edge_dir),
+            *[edge_parse_ruleset(name, options.edge_dir) for name in CATALOGUES],
+            "",
+        ]
     for log_class in LOG_CLASSES:
         edge = options.edge_parse and log_class.name in CATALOGUES
         ruleset = f"to_kafka_{log_class.name}"
