@@ -181,7 +181,7 @@ def _probe(url: str, log: list[tuple[int, float]], stop: threading.Event, out: l
                 out.append(time.time() - written_at)
                 break
             time.sleep(0.05)
-        stop.wait(0.5)
+        stop.wait(0.2)
 
 
 def end_to_end(stack: Stack, rate: int, seconds: int, start: int) -> tuple[list[float], int]:
@@ -224,8 +224,9 @@ def percentiles(values: list[float]) -> str:
 def ladder(stack: Stack, rates: list[int], seconds: int, cpu_line: callable) -> list[str]:
     """End to end at each offered rate (stops after the first whose p99 is 5 s or more)."""
     out = []
-    if "logs-node" not in stack.processes:
-        stack.start("logs-node")
+    for name in ("logs-shipper", "logs-node"):
+        if name not in stack.processes:
+            stack.start(name)
     best = 0
     start = 10**8
     for rate in rates:
