@@ -13,7 +13,7 @@ drops, ``name=P`` keeps the literal prefix P in the value. Every type means the 
 =========  ===================================  ====================================
 type       matches                              liblognorm parser
 =========  ===================================  ====================================
-int        one or more digits (JSON integer)    number (format number)
+int, long  one or more digits (JSON integer)    number (format number)
 sint       int with an optional ``-``           number, a ``-`` variant
 float      digits, optional ``.digits``         float (format number)
 word       one or more characters up to a space word
@@ -29,7 +29,7 @@ rfc3164    Aug 30 11:43:09                      date-rfc3164
 A pattern matches a prefix of the text (grok is anchored at the start only; the rulebase gets a
 trailing ``rest``). Patterns are tried in order, the first match wins; liblognorm tries literal text
 before fields, so a catalogue lists the more literal variant first and the engines pick the same.
-Only the kernel log is catalogued so far; the other classes keep their hand-written pipelines.
+The kernel and Fabric Manager logs are catalogued; the other classes keep their hand-written pipelines.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import re
 from dataclasses import dataclass, field
 
 TOKEN = re.compile(r"\{([A-Za-z0-9_.@-]+(?:=[^:}]*)?):([a-z0-9]+)(?::([^}]*))?\}")
-TYPES = {"int", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"}
-NUMERIC = {"int": "int", "sint": "int", "float": "double"}
+TYPES = {"int", "long", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"}
+NUMERIC = {"int": "int", "long": "long", "sint": "int", "float": "double"}
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,7 @@ class ClassCatalogue:
     events: tuple[Rule, ...]  # what the body says
     default_action: str  # a framed line no event matched
     time_formats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # time field -> date formats
+    classify_tag: str = "xid_classify"  # the ingest pipeline's script processor that classifies
 
 
 def _uptime(head: str) -> tuple[str, ...]:
@@ -251,4 +252,38 @@ KERNEL = ClassCatalogue(
     },
 )
 
-CATALOGUES: dict[str, ClassCatalogue] = {KERNEL.log_class: KERNEL}
+FABRICMANAGER = ClassCatalogue(
+    log_class="fabricmanager",
+    envelopes=(
+        Rule(
+            "fm_line",
+            ("[{_tmp.fmtime:to:]}] [{_tmp.level:to:]}] [tid {process.thread.id:long}] {_tmp.body:rest}",),
+        ),
+    ),
+    events=(
+        *(
+            Rule(
+                rule_id,
+                (
+                    f"detected NVSwitch {severity} error {{nvidia.sxid.code:int}} on fid "
+                    "{fabricmanager.fabric_id:int} on NVSwitch pci bus id {nvidia.sxid.pci_bdf:word} "
+                    "physical id {nvidia.sxid.switch:int} port {nvidia.sxid.link:int}",
+                ),
+                action,
+                level,
+                "host",
+            )
+            for rule_id, severity, action, level in (
+                ("fm_fatal", "fatal", "nvswitch_fatal", "critical"),
+                ("fm_nonfatal", "non-fatal", "sxid", "error"),
+            )
+        ),
+        # Any other line: its text, classified by the envelope's level (fm_error or fm_message).
+        Rule("fm_other", ("{fabricmanager.message:rest}",)),
+    ),
+    default_action="fm_message",
+    time_formats={"fmtime": ("MMM dd yyyy HH:mm:ss", "MMM d yyyy HH:mm:ss")},
+    classify_tag="fm_classify",
+)
+
+CATALOGUES: dict[str, ClassCatalogue] = {c.log_class: c for c in (KERNEL, FABRICMANAGER)}

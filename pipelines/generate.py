@@ -27,6 +27,7 @@ EDGE_DIR = PIPELINES_DIR / "edge"
 
 GROK_TYPES = {
     "int": "[0-9]+",
+    "long": "[0-9]+",
     "sint": "-?[0-9]+",
     "float": "-?[0-9]+(?:\\.[0-9]*)?",
     "word": "[^ ]+",
@@ -39,6 +40,7 @@ GROK_TYPES = {
 }
 LOGNORM_TYPES = {
     "int": {"type": "number", "format": "number"},
+    "long": {"type": "number", "format": "number"},
     # As text: liblognorm's own conversion can miss the nearest double by one ulp; the edge ruleset
     # parses the text with json-c (strtod), as Java's Double.parseDouble does in the pipeline.
     "float": {"type": "float"},
@@ -248,6 +250,51 @@ def _ensure(processors: list[dict[str, Any]], after: str, kind: str, body: dict[
     raise ValueError(f"no processor tagged {after!r}")
 
 
+def _kernel_times(catalogue: ClassCatalogue, processors: list[dict[str, Any]]) -> None:
+    line_time = _by_tag(processors, "date", "line_time")
+    line_time["formats"] = list(catalogue.time_formats["rfc5424"] + catalogue.time_formats["rfc3164"])
+    _ensure(
+        processors,
+        "line_time",
+        "date",
+        {
+            "tag": "ctime",
+            "description": "dmesg -T time prefix ('[Fri Aug 30 11:43:09 2024] ...'), taken as UTC",
+            "if": "ctx._tmp.fast == null && ctx._tmp.ctime != null",
+            "field": "_tmp.ctime",
+            "target_field": "@timestamp",
+            "formats": list(catalogue.time_formats["ctime"]),
+            "timezone": "UTC",
+            "on_failure": [{"append": {"field": "tags", "value": ["timestamp_unparsed"]}}],
+        },
+    )
+
+
+FM_CLASSIFY_SOURCE = """\
+String level = ctx._tmp.level == null ? 'info' : ctx._tmp.level.toLowerCase();
+if (level == 'warn') { level = 'warning'; }
+if (ctx.log == null) { ctx.log = [:]; }
+ctx.log.level = level;
+String rule = null;
+if (ctx._tmp.rule != null) { for (def key : ctx._tmp.rule.keySet()) { rule = key; } }
+def r = rule == null ? null : params.rules[rule];
+if (r != null && r.action != '') {
+  ctx.nvidia.sxid.fatal = r.action == 'nvswitch_fatal';
+  ctx.nvidia.sxid.message = ctx._tmp.body;
+  ctx.event.action = r.action;
+  ctx.log.level = r.level;
+  ctx.event.category = [r.category];
+  ctx.event.type = ['error'];
+  ctx._tmp.matched = true;
+} else if (level == 'error' || level == 'fatal' || level == 'critical') {
+  ctx.event.action = 'fm_error';
+  ctx.event.category = ['host'];
+  ctx.event.type = ['error'];
+} else {
+  ctx.event.action = 'fm_message';
+}"""
+
+
 def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict[str, Any]:
     processors = pipeline["processors"]
     # A document without @timestamp (a source that sends none) falls back to the ingest time.
@@ -271,34 +318,31 @@ def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict
     events = _by_tag(processors, "grok", "events")
     events["field"] = "_tmp.body"
     events["patterns"], events["pattern_definitions"] = grok_patterns(catalogue.events)
-    line_time = _by_tag(processors, "date", "line_time")
-    line_time["formats"] = list(catalogue.time_formats["rfc5424"] + catalogue.time_formats["rfc3164"])
-    _ensure(
-        processors,
-        "line_time",
-        "date",
-        {
-            "tag": "ctime",
-            "description": "dmesg -T time prefix ('[Fri Aug 30 11:43:09 2024] ...'), taken as UTC",
-            "if": "ctx._tmp.fast == null && ctx._tmp.ctime != null",
-            "field": "_tmp.ctime",
-            "target_field": "@timestamp",
-            "formats": list(catalogue.time_formats["ctime"]),
-            "timezone": "UTC",
-            "on_failure": [{"append": {"field": "tags", "value": ["timestamp_unparsed"]}}],
-        },
-    )
-    pipeline["processors"] = [
-        p for p in processors if not ("convert" in p and p["convert"].get("field") == "_tmp.uptime")
-    ]
-    classify = _by_tag(pipeline["processors"], "script", "xid_classify")
-    classify["source"] = CLASSIFY_SOURCE
-    classify["params"] = {
-        "rules": rule_params(catalogue),
-        **xid_params(),
-        "default_action": catalogue.default_action,
-        "index_prefix": classify["params"]["index_prefix"],
-    }
+    if catalogue.log_class == "kernel":
+        _kernel_times(catalogue, processors)
+        pipeline["processors"] = [
+            p for p in processors if not ("convert" in p and p["convert"].get("field") == "_tmp.uptime")
+        ]
+        classify = _by_tag(pipeline["processors"], "script", catalogue.classify_tag)
+        classify["source"] = CLASSIFY_SOURCE
+        classify["params"] = {
+            "rules": rule_params(catalogue),
+            **xid_params(),
+            "default_action": catalogue.default_action,
+            "index_prefix": classify["params"]["index_prefix"],
+        }
+    else:
+        line_time = _by_tag(processors, "date", "line_time")
+        line_time.update(
+            {
+                "field": "_tmp.fmtime",
+                "if": "ctx._tmp?.fmtime != null",
+                "formats": list(catalogue.time_formats["fmtime"]),
+            }
+        )
+        classify = _by_tag(processors, "script", catalogue.classify_tag)
+        classify["source"] = FM_CLASSIFY_SOURCE
+        classify["params"] = {"rules": rule_params(catalogue)}
     return pipeline
 
 
@@ -349,39 +393,9 @@ def _json_set(path: str, json_text: str) -> list[str]:
     ]
 
 
-def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) -> str:
-    """The RainerScript of one class's ruleset on the node: the line in $rawmsg, node and cluster in $.node
-    and $.cluster; leaves the ECS document in $! (the record's template is %$!%)."""
-    name = catalogue.log_class
-    env_fields = [f for rule in catalogue.envelopes for f in rule.fields() if not f.name.startswith("_tmp.")]
-    lines = [
-        f"  set $.created = exec_template({json.dumps(time_template)});",
-        "  set $.fileoffset = $!metadata!fileoffset;",
-        "  set $.filename = $!metadata!filename;",
-        "  unset $!metadata;",
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
-        ' path="$!_env")',
-        '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
-        "  set $.body = $rawmsg;",
-        '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
-        ' path="$!_ev")',
-        '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
-        "  set $!message = $rawmsg;",
-        "  set $!@timestamp = $.created;",
-        "  set $!host!name = $.node;",
-        "  set $!log!file!path = $.filename;",
-        "  set $!log!offset = cnum($.fileoffset);",
-        '  set $!event!id = $.node & ":" & $.filename & ":" & $.fileoffset;',
-        "  set $!event!created = $.created;",
-        '  set $!event!kind = "event";',
-        '  set $!event!module = "fleetsight";',
-        f'  set $!event!dataset = "fleetsight.{name}";',
-        "  set $!fleetsight!cluster = $.cluster;",
-        f'  set $!fleetsight!log_class = "{name}";',
-        # The line's own time: RFC 3339 (kept to the millisecond, in UTC), BSD syslog (this year), or
-        # dmesg -T's ctime; a time that does not exist (Feb 30) is tagged and the read time stays.
-        '  set $.ts = ""; set $.tsbad = "";',
+def _kernel_time_blocks() -> list[str]:
+    """RFC 3339 (kept to the millisecond, in UTC), BSD syslog (this year), or dmesg -T's ctime."""
+    return [
         "  if exists($!_env!f__tmp_ts) then {",
         "    set $.raw = $!_env!f__tmp_ts;",
         "    if re_match($.raw, '^[0-9]{4}-') then {",
@@ -424,21 +438,62 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         '!= $.day & "T" & $.hms & "Z" then { set $.tsbad = "1"; }',
         '    else { set $.ts = $.day & "T" & $.hms & ".000Z"; }',
         "  }",
-        '  if $.ts != "" then { set $!@timestamp = $.ts; }',
-        '  if $.tsbad != "" then {',
-        *_json_set("$!tags", '["timestamp_unparsed"]'),
-        "  }",
-        *_copy_fields(tuple(r for r in catalogue.envelopes), "$!_env"),
-        *_copy_fields(catalogue.events, "$!_ev"),
-        '  set $.action = ""; set $.level = ""; set $.category = "";',
     ]
-    del env_fields
+
+
+def _fm_time_block() -> list[str]:
+    """Fabric Manager's '[Mar 07 2024 11:52:28]' (taken as UTC, as the pipeline's date processor does)."""
+    return [
+        "  if exists($!_env!f__tmp_fmtime) then {",
+        "    set $.parts = re_extract($!_env!f__tmp_fmtime, "
+        "'^([A-Z][a-z]{2}) ([0-9]{1,2}) ([0-9]{4}) ([0-9]{2}:[0-9]{2}:[0-9]{2})$', 0, 0, \"\");",
+        '    set $.mon = substring($.parts, 0, 3); set $.mm = "";',
+        *[
+            f'    if $.mon == "{month}" then {{ set $.mm = "{number:02d}"; }}'
+            for number, month in enumerate(MONTHS, start=1)
+        ],
+        "    set $.dd = re_extract($.parts, '^[A-Za-z]{3} ([0-9]{1,2}) ', 0, 1, \"\");",
+        '    if strlen($.dd) == 1 then { set $.dd = "0" & $.dd; }',
+        '    set $.day = re_extract($.parts, \' ([0-9]{4}) \', 0, 1, "") & "-" & $.mm & "-" & $.dd;',
+        "    set $.hms = re_extract($.parts, '([0-9]{2}:[0-9]{2}:[0-9]{2})$', 0, 1, \"\");",
+        '    if $.parts == "" or $.mm == "" or format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") '
+        '!= $.day & "T00:00:00Z" or format_time(parse_time($.day & "T" & $.hms & "Z"), "date-rfc3339") '
+        '!= $.day & "T" & $.hms & "Z" then { set $.tsbad = "1"; }',
+        '    else { set $.ts = $.day & "T" & $.hms & ".000Z"; }',
+        "  }",
+    ]
+
+
+def _set_event(category: str, type_: str) -> list[str]:
+    """event.category and event.type, one-element arrays, from RainerScript expressions."""
+    return [
+        f"    set $.ok = parse_json('{{\"v\": [\"' & {category} & '\"]}}', '$!_json_category');",
+        "    set $!event!category = $!_json_category!v;",
+        "    unset $!_json_category;",
+        f"    set $.ok = parse_json('{{\"v\": [\"' & {type_} & '\"]}}', '$!_json_type');",
+        "    set $!event!type = $!_json_type!v;",
+        "    unset $!_json_type;",
+    ]
+
+
+def _unparsed_unless(condition: str) -> list[str]:
+    return [
+        f"  if not ({condition}) then {{",
+        '    set $!event!action = "unparsed";',
+        *_json_set("$!tags", '["parse_failure"]'),
+        "  }",
+    ]
+
+
+def _kernel_classify(catalogue: ClassCatalogue) -> list[str]:
+    lines = ['  set $.action = ""; set $.level = ""; set $.category = "";']
     for rule in catalogue.events:
         lines.append(
             f'  if $.rule == "{rule.id}" then {{ set $.action = "{rule.action}"; '
             f'set $.level = "{rule.level}"; set $.category = "{rule.category}"; }}'
         )
-    lines += [
+    return [
+        *lines,
         '  if $.rule == "sxid" then {',
         "    if re_match($!nvidia!sxid!message, '^Fatal') then {",
         '      set $.action = "nvswitch_fatal"; set $.level = "critical";',
@@ -464,19 +519,91 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         '  if $.action != "" then {',
         "    set $!event!action = $.action;",
         "    set $!log!level = $.level;",
-        "    set $.ok = parse_json('{\"v\": [\"' & $.category & '\"]}', '$!_json_category');",
-        "    set $!event!category = $!_json_category!v;",
-        "    unset $!_json_category;",
         '    if $.level == "info" then { set $.type = "info"; } else { set $.type = "error"; }',
-        "    set $.ok = parse_json('{\"v\": [\"' & $.type & '\"]}', '$!_json_type');",
-        "    set $!event!type = $!_json_type!v;",
-        "    unset $!_json_type;",
-        '  } else if $.envelope != "" then {',
-        f'    set $!event!action = "{catalogue.default_action}"; set $!log!level = "info";',
+        *_set_event("$.category", "$.type"),
         "  } else {",
-        '    set $!event!action = "unparsed"; set $!log!level = "info";',
-        *_json_set("$!tags", '["parse_failure"]'),
+        f'    set $!event!action = "{catalogue.default_action}"; set $!log!level = "info";',
         "  }",
+        *_unparsed_unless('$.envelope != "" or $.action != ""'),
+    ]
+
+
+def _fm_classify(catalogue: ClassCatalogue) -> list[str]:
+    """The envelope's level names the level; an NVSwitch error line its own; else fm_error/fm_message."""
+    lines = [
+        '  set $.level = "info";',
+        "  if exists($!_env!f__tmp_level) then { set $.level = tolower($!_env!f__tmp_level); }",
+        '  if $.level == "warn" then { set $.level = "warning"; }',
+        "  set $!log!level = $.level;",
+        '  set $.matched = "";',
+    ]
+    for rule in catalogue.events:
+        if not rule.action:
+            continue
+        fatal = "true" if rule.action == "nvswitch_fatal" else "false"
+        lines += [
+            f'  if $.rule == "{rule.id}" then {{',
+            *_json_set("$!nvidia!sxid!fatal", fatal),
+            "    set $!nvidia!sxid!message = $.body;",
+            f'    set $!event!action = "{rule.action}"; set $!log!level = "{rule.level}";',
+            *_set_event(f'"{rule.category}"', '"error"'),
+            '    set $.matched = "1";',
+            "  }",
+        ]
+    return [
+        *lines,
+        '  if $.matched == "" then {',
+        '    if $.level == "error" or $.level == "fatal" or $.level == "critical" then {',
+        '      set $!event!action = "fm_error";',
+        *["  " + line for line in _set_event('"host"', '"error"')],
+        "    } else {",
+        '      set $!event!action = "fm_message";',
+        "    }",
+        "  }",
+        *_unparsed_unless('$.envelope != "" or $.matched != ""'),
+    ]
+
+
+def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) -> str:
+    """The RainerScript of one class's ruleset on the node: the line in $rawmsg, node and cluster in $.node
+    and $.cluster; leaves the ECS document in $! (the record's template is %$!%)."""
+    name = catalogue.log_class
+    lines = [
+        f"  set $.created = exec_template({json.dumps(time_template)});",
+        "  set $.fileoffset = $!metadata!fileoffset;",
+        "  set $.filename = $!metadata!filename;",
+        "  unset $!metadata;",
+        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
+        ' path="$!_env")',
+        '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        "  set $.body = $rawmsg;",
+        '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
+        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
+        ' path="$!_ev")',
+        '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        "  set $!message = $rawmsg;",
+        "  set $!@timestamp = $.created;",
+        "  set $!host!name = $.node;",
+        "  set $!log!file!path = $.filename;",
+        "  set $!log!offset = cnum($.fileoffset);",
+        '  set $!event!id = $.node & ":" & $.filename & ":" & $.fileoffset;',
+        "  set $!event!created = $.created;",
+        '  set $!event!kind = "event";',
+        '  set $!event!module = "fleetsight";',
+        f'  set $!event!dataset = "fleetsight.{name}";',
+        "  set $!fleetsight!cluster = $.cluster;",
+        f'  set $!fleetsight!log_class = "{name}";',
+        # The line's own time: RFC 3339 (kept to the millisecond, in UTC), BSD syslog (this year), or
+        # dmesg -T's ctime; a time that does not exist (Feb 30) is tagged and the read time stays.
+        '  set $.ts = ""; set $.tsbad = "";',
+        *(_kernel_time_blocks() if catalogue.log_class == "kernel" else _fm_time_block()),
+        '  if $.ts != "" then { set $!@timestamp = $.ts; }',
+        '  if $.tsbad != "" then {',
+        *_json_set("$!tags", '["timestamp_unparsed"]'),
+        "  }",
+        *_copy_fields(tuple(r for r in catalogue.envelopes), "$!_env"),
+        *_copy_fields(catalogue.events, "$!_ev"),
+        *(_kernel_classify(catalogue) if catalogue.log_class == "kernel" else _fm_classify(catalogue)),
         "  unset $!_env;",
         "  unset $!_ev;",
     ]

@@ -361,3 +361,22 @@ def xid_generations(code: int) -> list[str]:
         f"[Sat Nov 21 10:00:09 2026] NVRM: Xid (PCI:0000:5d:00): {code}, pid=1, name=python3, text",  # dmesg -T
         f"kernel: NVRM: Xid (PCI:0000:5d:00): {code}, pid=1, text",  # bare kernel:
     ]
+
+
+# Fabric Manager near misses: its level words, a non-fatal and a fatal NVSwitch error, odd times.
+FABRICMANAGER_EDGE_CASES = [
+    "[Mar 07 2024 11:52:28] [WARN] [tid 1234] link training took longer than expected",
+    "[Mar 7 2024 11:52:28] [FATAL] [tid 1] fabric manager exiting",
+    "[Feb 30 2024 11:52:28] [INFO] [tid 1] impossible day",
+    "[Mar 07 2024 25:52:28] [INFO] [tid 1] impossible hour",
+    "[Mar  7 2024 11:52:28] [INFO] [tid 1] two spaces",
+    "[Foo 07 2024 11:52:28] [INFO] [tid 1] no such month",
+    "[Mar 07 2024 11:52:28] [ERROR] [tid 99] detected NVSwitch fatal error 12028 on fid 0 on NVSwitch pci bus "
+    "id 00000000:86:00.0 physical id 3 port 61 and more",
+    "[Mar 07 2024 11:52:28] [INFO] [tid 99] detected NVSwitch Fatal error 1 on fid 0 on NVSwitch pci bus id x "
+    "physical id 1 port 1",
+    "[Mar 07 2024 11:52:28] [INFO] [tid x] bad thread id",
+    "[Mar 07 2024 11:52:28] [INFO] [tid 5] ",
+    "detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61",
+    "[Mar 07 2024 11:52:28] [Error] [tid 5] 100% done",
+]

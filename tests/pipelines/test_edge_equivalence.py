@@ -15,7 +15,7 @@ import httpx
 import pytest
 from edge_helpers import run_edge
 from logs_helpers import LogStack
-from samples import GARBAGE, KERNEL_EDGE_CASES, SAMPLES, xid_generations
+from samples import FABRICMANAGER_EDGE_CASES, GARBAGE, KERNEL_EDGE_CASES, SAMPLES, xid_generations
 
 from fleetsight import xid_catalog
 from pipelines.catalogue import CATALOGUES
@@ -24,16 +24,20 @@ from support import REPO_ROOT
 
 XID_FIXTURE = REPO_ROOT / "tests" / "exporters" / "fixtures" / "kernlog" / "xid_generations.log"
 TEST_INDEX = "equivalence-edge"
+CLASSES = sorted(CATALOGUES)
 # Differ by design: when the pipeline ran (the centre no longer runs one for edge-parsed lines).
 PIPELINE_ONLY = {"event.ingested"}
 
 
-def corpus() -> list[str]:
-    lines = [s.line for s in SAMPLES if s.log_class == "kernel"]
-    lines += XID_FIXTURE.read_text().splitlines()
-    lines += KERNEL_EDGE_CASES
-    for code in [*sorted(xid_catalog.CATALOG), 999]:
-        lines += xid_generations(code)
+def corpus(log_class: str) -> list[str]:
+    lines = [s.line for s in SAMPLES if s.log_class == log_class]
+    if log_class == "fabricmanager":
+        lines += FABRICMANAGER_EDGE_CASES
+    else:
+        lines += XID_FIXTURE.read_text().splitlines()
+        lines += KERNEL_EDGE_CASES
+        for code in [*sorted(xid_catalog.CATALOG), 999]:
+            lines += xid_generations(code)
     # imfile passes no empty line on (there is nothing to keep); every other garbage line goes.
     lines += [line for line in GARBAGE if line]
     return lines
@@ -57,19 +61,19 @@ def resolved_index(index: str) -> str:
     return index
 
 
-@pytest.fixture(scope="module")
-def both(log_stack: LogStack, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, dict, dict]]:
-    lines = corpus()
-    edge, records = run_edge(lines, tmp_path_factory.mktemp("edge"))
-    url = log_stack.search_url
-    pipeline = BY_NAME["kernel"].pipeline_id
-    docs = [{"_index": "fleetsight-logs-kernel", "_id": r["event"]["id"], "_source": r} for r in records]
+def run_both(stack: LogStack, work: Path, log_class: str) -> list[tuple[str, dict, dict]]:
+    lines = corpus(log_class)
+    edge, records = run_edge(lines, work, log_class)
+    url = stack.search_url
+    pipeline = BY_NAME[log_class].pipeline_id
+    docs = [{"_index": pipeline, "_id": r["event"]["id"], "_source": r} for r in records]
     response = httpx.post(f"{url}/_ingest/pipeline/{pipeline}/_simulate", json={"docs": docs}, timeout=120)
     assert response.status_code == 200, response.text
     ingest = [result["doc"] for result in response.json()["docs"]]
     # The centre's way for edge documents: _bulk, no pipeline, the origin as id; then read back.
+    index = f"{TEST_INDEX}-{log_class}"
     bulk = "".join(
-        json.dumps({"index": {"_index": TEST_INDEX, "_id": d["event"]["id"]}}) + "\n" + json.dumps(d) + "\n"
+        json.dumps({"index": {"_index": index, "_id": d["event"]["id"]}}) + "\n" + json.dumps(d) + "\n"
         for d in edge
     )
     response = httpx.post(
@@ -80,14 +84,25 @@ def both(log_stack: LogStack, tmp_path_factory: pytest.TempPathFactory) -> list[
     )
     assert response.status_code == 200 and not response.json()["errors"], response.text[:2000]
     ids = [d["event"]["id"] for d in edge]
-    got = httpx.post(f"{url}/{TEST_INDEX}/_mget", json={"ids": ids}, timeout=60).json()["docs"]
+    got = httpx.post(f"{url}/{index}/_mget", json={"ids": ids}, timeout=60).json()["docs"]
     stored = [doc["_source"] for doc in got]
     return list(zip(lines, stored, ingest, strict=True))
 
 
-def test_both_engines_make_the_same_documents(both: list[tuple[str, dict, dict]]) -> None:
+@pytest.fixture(scope="module")
+def results(log_stack: LogStack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
+    return {name: run_both(log_stack, tmp_path_factory.mktemp(name), name) for name in CLASSES}
+
+
+@pytest.fixture(scope="module")
+def both(results: dict[str, list]) -> list[tuple[str, dict, dict]]:
+    return results["kernel"]
+
+
+@pytest.mark.parametrize("log_class", CLASSES)
+def test_both_engines_make_the_same_documents(results: dict[str, list], log_class: str) -> None:
     differences = []
-    for line, edge, ingest in both:
+    for line, edge, ingest in results[log_class]:
         left = flat(edge)
         right = {k: v for k, v in flat(ingest["_source"]).items() if k not in PIPELINE_ONLY}
         diff = {
@@ -95,9 +110,16 @@ def test_both_engines_make_the_same_documents(both: list[tuple[str, dict, dict]]
         }
         if diff:
             differences.append(f"{line[:160]!r}: edge vs pipeline {diff}")
-        day = edge["@timestamp"][:10].replace("-", ".") if edge["@timestamp"][4] == "-" else None
-        assert resolved_index(ingest["_index"]) == f"fleetsight-logs-kernel-{day}", (line, ingest["_index"])
-    assert not differences, f"{len(differences)} of {len(both)} differ:\n" + "\n".join(differences[:20])
+        day = edge["@timestamp"][:10].replace("-", ".")
+        want = f"{BY_NAME[log_class].topic}-{day}"
+        assert resolved_index(ingest["_index"]) == want, (line, ingest["_index"])
+    total = len(results[log_class])
+    assert not differences, f"{len(differences)} of {total} differ:\n" + "\n".join(differences[:20])
+
+
+def test_fabric_manager_corpus_covers_its_events(results: dict[str, list]) -> None:
+    actions = {edge["event"]["action"] for _, edge, _ in results["fabricmanager"]}
+    assert {"nvswitch_fatal", "sxid", "fm_error", "fm_message", "unparsed"} <= actions, actions
 
 
 def test_the_corpus_covers_every_event_and_frame(both: list[tuple[str, dict, dict]]) -> None:
@@ -140,7 +162,8 @@ def test_generated_files_agree_with_the_catalogue() -> None:
     assert not generate.stale(), "run `fleetsight logs generate`"
 
 
-def test_the_rulebase_is_what_rsyslog_loads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("log_class", CLASSES)
+def test_the_rulebase_is_what_rsyslog_loads(tmp_path: Path, log_class: str) -> None:
     """The generated rulebases and ruleset pass rsyslogd's own validation (also run by run_edge)."""
     import subprocess
 

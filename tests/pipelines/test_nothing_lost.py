@@ -78,14 +78,16 @@ def kafka_records(stack: LogStack, topics: list[str]) -> int:
         consumer.close()
 
 
-# The kernel log is parsed on the node and indexed with no pipeline (the edge path); the other classes
-# go raw through the ingest pipelines. Each path's counts are reported on their own.
+# The catalogued classes (kernel, Fabric Manager) are parsed on the node and indexed with no pipeline
+# (the edge path); the others go raw through the ingest pipelines. Each path's counts are reported apart.
 EDGE_TOPICS = [BY_NAME[name].edge_topic for name in CATALOGUES]
+EDGE_PATH = f"edge ({', '.join(CATALOGUES)}: parsed on the node, no pipeline)"
 PIPELINE_TOPICS = [c.topic for c in LOG_CLASSES]
+EDGE_FILES = tuple("/" + path.rsplit("/", 1)[-1] for name in CATALOGUES for path in BY_NAME[name].twin_files)
 
 
 def is_edge(origin: tuple[str, int]) -> bool:
-    return origin[0].endswith("/kern.log")
+    return origin[0].endswith(EDGE_FILES)
 
 
 def path_counts(
@@ -171,7 +173,7 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
         delivered = kafka_records(log_stack, EDGE_TOPICS + PIPELINE_TOPICS)
         edge_delivered = kafka_records(log_stack, EDGE_TOPICS)
         per_path = {
-            "edge (kernel: parsed on the node, no pipeline)": path_counts(written, documents, True),
+            EDGE_PATH: path_counts(written, documents, True),
             "pipeline (other classes: ingest pipelines)": path_counts(written, documents, False),
         }
         rejected = settings.data_dir("rsyslog-shipper") / "rejected.jsonl"
@@ -204,5 +206,5 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
     assert duplicated == 0
     assert not unexpected, sorted(unexpected)[:10]
     # The edge path was exercised: kernel lines were written and went through the edge topic.
-    edge = per_path["edge (kernel: parsed on the node, no pipeline)"]
+    edge = per_path[EDGE_PATH]
     assert edge["written"] > 0 and edge_delivered >= edge["written"], (edge, edge_delivered)
