@@ -1,6 +1,7 @@
-"""One catalogue, two engines, the same documents: a corpus of kernel lines (every sample, every Xid code
-of the catalogue in every driver generation's form and line frame, the twin's kern.log forms, the lines
-the two parsers used to disagree on, near misses and garbage) goes through the node-side parser (a real
+"""One catalogue, two engines, the same documents: per catalogued class (kernel, Fabric Manager) a corpus
+(every sample, every Xid code of the catalogue in every driver generation's form and line frame, every
+line the twin writes for the log tests' scenario, the lines the two parsers used to disagree on, near
+misses and garbage) goes through the node-side parser (a real
 rsyslogd with the generated liblognorm rulebase) and through the kernel ingest pipeline on the real
 OpenSearch; the edge documents are indexed as the centre indexes them (_bulk, no pipeline, id = origin)
 and read back; every field of every document must be the same."""
@@ -8,19 +9,20 @@ and read back; every field of every document must be the same."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from edge_helpers import run_edge
-from logs_helpers import LogStack
+from logs_helpers import TEST_SCENARIO, LogStack
 from samples import FABRICMANAGER_EDGE_CASES, GARBAGE, KERNEL_EDGE_CASES, SAMPLES, xid_generations
 
 from fleetsight import xid_catalog
 from pipelines.catalogue import CATALOGUES
 from pipelines.logclasses import BY_NAME
-from support import REPO_ROOT
+from support import FLEETSIGHT, REPO_ROOT
 
 XID_FIXTURE = REPO_ROOT / "tests" / "exporters" / "fixtures" / "kernlog" / "xid_generations.log"
 TEST_INDEX = "equivalence-edge"
@@ -61,8 +63,24 @@ def resolved_index(index: str) -> str:
     return index
 
 
-def run_both(stack: LogStack, work: Path, log_class: str) -> list[tuple[str, dict, dict]]:
-    lines = corpus(log_class)
+def twin_lines(work: Path) -> dict[str, list[str]]:
+    """Every line the twin writes to the catalogued classes' files for the log tests' scenario."""
+    result = subprocess.run(
+        [*FLEETSIGHT, "twin", "run", "--scenario", str(TEST_SCENARIO), "--out", str(work / "twin"),
+         "--truth", str(work / "truth.jsonl")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, f"the twin failed:\n{result.stderr[-3000:]}"
+    lines: dict[str, list[str]] = {}
+    for name in CLASSES:
+        for pattern in BY_NAME[name].twin_files:
+            for file in sorted((work / "twin" / "nodes").glob(f"*/{pattern}")):
+                lines.setdefault(name, []).extend(file.read_text().splitlines())
+    return lines
+
+
+def run_both(stack: LogStack, work: Path, log_class: str, extra: list[str]) -> list[tuple[str, dict, dict]]:
+    lines = corpus(log_class) + extra
     edge, records = run_edge(lines, work, log_class)
     url = stack.search_url
     pipeline = BY_NAME[log_class].pipeline_id
@@ -91,7 +109,11 @@ def run_both(stack: LogStack, work: Path, log_class: str) -> list[tuple[str, dic
 
 @pytest.fixture(scope="module")
 def results(log_stack: LogStack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
-    return {name: run_both(log_stack, tmp_path_factory.mktemp(name), name) for name in CLASSES}
+    twin = twin_lines(tmp_path_factory.mktemp("twin"))
+    assert len(twin.get("kernel", [])) > 20 and twin.get("fabricmanager"), {
+        k: len(v) for k, v in twin.items()
+    }
+    return {name: run_both(log_stack, tmp_path_factory.mktemp(name), name, twin[name]) for name in CLASSES}
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +187,6 @@ def test_generated_files_agree_with_the_catalogue() -> None:
 @pytest.mark.parametrize("log_class", CLASSES)
 def test_the_rulebase_is_what_rsyslog_loads(tmp_path: Path, log_class: str) -> None:
     """The generated rulebases and ruleset pass rsyslogd's own validation (also run by run_edge)."""
-    import subprocess
-
     from pipelines.rsyslog_conf import edge_file_config
 
     config = tmp_path / "r.conf"
