@@ -295,9 +295,10 @@ if (r != null && r.action != '') {
 }"""
 
 
-def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict[str, Any]:
+def with_ingest_time(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """A document without @timestamp (a source that sends none) falls back to the ingest time, rather
+    than failing the pipeline (every class's pipeline gets this processor first)."""
     processors = pipeline["processors"]
-    # A document without @timestamp (a source that sends none) falls back to the ingest time.
     if not any(next(iter(p.values())).get("tag") == "ingest_time" for p in processors):
         processors.insert(
             0,
@@ -311,6 +312,11 @@ def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict
                 }
             },
         )
+    return pipeline
+
+
+def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict[str, Any]:
+    processors = with_ingest_time(pipeline)["processors"]
     envelope = _by_tag(processors, "grok", "envelope")
     patterns, definitions = grok_patterns(catalogue.envelopes)
     envelope["patterns"] = [p.replace("^(?<_tmp.rule.", "^(?<_tmp.envelope_rule.") for p in patterns]
@@ -633,6 +639,10 @@ def _xid_table(what: str) -> str:
 def generated_files() -> dict[Path, str]:
     """Every generated file and the text it must have."""
     files: dict[Path, str] = {}
+    for path in sorted(INGEST_DIR.glob("*.json")):
+        files[path] = (
+            json.dumps(with_ingest_time(json.loads(path.read_text())), indent=2, ensure_ascii=False) + "\n"
+        )
     for catalogue in CATALOGUES.values():
         path = INGEST_DIR / f"{catalogue.log_class}.json"
         pipeline = ingest_pipeline(catalogue, json.loads(path.read_text()))
