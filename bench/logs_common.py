@@ -55,9 +55,10 @@ class Stack:
         self.components = load_components()
         self.processes: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, prepare: bool = True) -> None:
         component = self.components[name]
-        component.prepare(self.settings)
+        if prepare:
+            component.prepare(self.settings)
         log = self.settings.log_file(name)
         log.parent.mkdir(parents=True, exist_ok=True)
         env = {
@@ -80,6 +81,15 @@ class Stack:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds (user + system) used so far by each component's processes (its whole session)."""
         return {name: session_cpu_seconds(process.pid) for name, process in self.processes.items()}
+
+    def stop(self, name: str) -> None:
+        process = self.processes.pop(name)
+        try:
+            os.killpg(process.pid, 15)
+            process.wait(timeout=40)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(process.pid, 9)
+            process.wait(timeout=10)
 
     def stop_all(self) -> None:
         for process in reversed(list(self.processes.values())):

@@ -17,7 +17,13 @@ temporary run folder, then:
 After each phase: the CPU each component used per line (its whole process session, from /proc), and
 the ceiling that implies on this machine (cores / CPU per line): a figure that load barely moves.
 
+`--path edge` measures the edge path instead (lines parsed on the node, indexed with no pipeline;
+bench/logs_edge.py): edge cost per line on a node, the central leg's drain of a pre-filled Kafka to
+searchable, and end to end the highest offered rate with written -> searchable p99 < 5 s.
+
     .venv/bin/python bench/logs_throughput.py [--lines 200000] [--rate 5000] [--seconds 30] [--warmup 100000]
+    .venv/bin/python bench/logs_throughput.py --path edge --lines 200000 --rates 4000,8000,12000
+    .venv/bin/python bench/logs_throughput.py --path both
 """
 
 from __future__ import annotations
@@ -208,7 +214,51 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=100_000, help="lines indexed before measuring")
+    parser.add_argument(
+        "--path", choices=("pipeline", "edge", "both"), default="both",
+        help="pipeline: raw lines through the ingest pipelines (#8); edge: parsed on the node, no pipeline",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rates", default="4000,8000,12000,16000",
+        help="edge end to end: offered lines/s, tried in order until searchable p99 reaches 5 s",
+    )  # fmt: skip
+    parser.add_argument(
+        "--edge-phases", default="cost,drain,e2e",
+        help="edge path: which figures (cost, drain, e2e); the drain also warms OpenSearch's JVM for e2e",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.path in ("edge", "both"):
+        edge(args)
+    if args.path in ("pipeline", "both"):
+        pipeline(args)
+
+
+def edge(args: argparse.Namespace) -> None:
+    import logs_edge
+
+    base = Path(tempfile.mkdtemp(prefix="fleetsight-logs-bench-edge-"))
+    base.chmod(0o755)
+    stack = Stack(Settings(run_dir=base / "run", port_base=free_base()))
+    try:
+        print(f"before: {load()}", flush=True)
+        phases = args.edge_phases.split(",")
+        if "cost" in phases:
+            print(logs_edge.edge_cost(base / "edge-cost", args.lines), flush=True)
+        for name in ("kafka", "opensearch"):
+            stack.start(name)
+        if "drain" in phases:
+            for line in logs_edge.drain(stack, base / "drain", args.lines, args.warmup, cpu_report):
+                print(line, flush=True)
+        if "e2e" in phases:
+            rates = [int(rate) for rate in args.rates.split(",")]
+            print(logs_edge.ladder(stack, rates, args.seconds, cpu_report)[-1], flush=True)
+        print(f"after: {load()}", flush=True)
+    finally:
+        stack.stop_all()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def pipeline(args: argparse.Namespace) -> None:
     base = Path(tempfile.mkdtemp(prefix="fleetsight-logs-bench-"))
     base.chmod(0o755)
     stack = Stack(Settings(run_dir=base / "run", port_base=free_base()))

@@ -14,7 +14,6 @@ from fleetsight.settings import Settings
 
 from . import search as search_mod
 from .apply import ApplyError, apply_all
-from .xid_lookup import KERNEL_PIPELINE, write_catalog
 
 console = Console()
 
@@ -154,24 +153,31 @@ def search(
 
 
 @cli.command()
-@click.option("--check", is_flag=True, help="Exit 1 if the kernel pipeline's lookup differs; write nothing.")
+@click.option("--check", is_flag=True, help="Exit 1 if a generated file differs; write nothing.")
 def generate(check: bool) -> None:
-    """Write the Xid lookup of pipelines/ingest/kernel.json from fleetsight/xid_catalog.py (one source).
+    """Write what is generated from the pattern catalogue (pipelines/catalogue.py) and the Xid catalogue
+    (fleetsight/xid_catalog.py): the catalogued ingest pipelines' grok, dates and classify parameters,
+    and the node side's liblognorm rulebases and Xid lookup tables under pipelines/edge/.
 
     \b
     Examples:
       fleetsight logs generate
-      fleetsight logs generate --check
+      fleetsight logs generate --check     # in CI: the files agree with the catalogues
     """
-    if check:
-        from .xid_lookup import catalog_params, embedded_params
+    from . import generate as gen
 
-        if embedded_params() != catalog_params():
-            raise click.ClickException(f"{KERNEL_PIPELINE} is out of date: run `fleetsight logs generate`")
-        console.print(f"{KERNEL_PIPELINE.name}: up to date")
+    if check:
+        stale = gen.stale()
+        if stale:
+            names = ", ".join(str(path.relative_to(gen.PIPELINES_DIR)) for path in stale)
+            raise click.ClickException(f"out of date: {names}: run `fleetsight logs generate`")
+        console.print("generated files: up to date")
         return
-    changed = write_catalog()
-    console.print(f"{KERNEL_PIPELINE.name}: {'rewritten' if changed else 'already up to date'}")
+    changed = gen.write()
+    for path in changed:
+        console.print(f"{path.relative_to(gen.PIPELINES_DIR)}: rewritten")
+    if not changed:
+        console.print("generated files: already up to date")
 
 
 @cli.command("kibana-import")
@@ -207,13 +213,31 @@ def kibana_import(kibana_url: str) -> None:
 @click.option(
     "--url", "search_url", default="http://elasticsearch:9200", show_default=True, help="Shipper only."
 )
-def rsyslog_config(role: str, brokers: tuple[str, ...], cluster: str, work_dir: str, search_url: str) -> None:
-    """Print the rsyslog configuration of a real node (files under /var/log -> Kafka) or of a shipper
-    (Kafka -> Elasticsearch through the ingest pipelines). Check it with `rsyslogd -N1 -f FILE`.
+@click.option(
+    "--edge-dir",
+    default=None,
+    help="Node only: where the node has pipelines/edge/ (rulebases, Xid tables); default this checkout's.",
+)
+@click.option(
+    "--no-edge-parse", is_flag=True, help="Node only: ship every class raw, for the ingest pipelines."
+)
+def rsyslog_config(
+    role: str,
+    brokers: tuple[str, ...],
+    cluster: str,
+    work_dir: str,
+    search_url: str,
+    edge_dir: str | None,
+    no_edge_parse: bool,
+) -> None:
+    """Print the rsyslog configuration of a real node (files under /var/log -> parsed on the node ->
+    Kafka) or of a shipper (Kafka -> Elasticsearch: edge topics with no pipeline, raw topics through the
+    ingest pipelines). Check it with `rsyslogd -N1 -f FILE`; copy pipelines/edge/ to the node with it.
 
     \b
     Examples:
       fleetsight logs rsyslog-config --broker kafka-1:9092 --cluster prod-a > /etc/rsyslog.d/fleetsight.conf
+      fleetsight logs rsyslog-config --broker kafka-1:9092 --edge-dir /usr/share/fleetsight/edge
       fleetsight logs rsyslog-config --role shipper --broker kafka:9092 --url http://es:9200
     """
     from pathlib import Path
@@ -222,9 +246,16 @@ def rsyslog_config(role: str, brokers: tuple[str, ...], cluster: str, work_dir: 
     from .rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
 
     if role == "node":
-        sys.stdout.write(
-            node_config(NodeOptions(brokers=list(brokers), work_dir=Path(work_dir), cluster=cluster))
+        from .generate import EDGE_DIR
+
+        options = NodeOptions(
+            brokers=list(brokers),
+            work_dir=Path(work_dir),
+            cluster=cluster,
+            edge_parse=not no_edge_parse,
+            edge_dir=Path(edge_dir) if edge_dir else EDGE_DIR,
         )
+        sys.stdout.write(node_config(options))
         return
     url = urlparse(search_url)
     options = ShipperOptions(

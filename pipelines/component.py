@@ -179,6 +179,9 @@ def rsyslog_missing(settings: Settings) -> str | None:
     reason = missing_binary("rsyslogd")
     if reason is None and modules.is_dir() and not (modules / "omkafka.so").is_file():
         reason = "rsyslog-kafka is not installed (run `fleetsight setup --only rsyslog`)"
+    if reason is None and modules.is_dir() and not (modules / "mmnormalize.so").is_file():
+        # The node parses catalogued lines with it (liblognorm; part of Debian's rsyslog package).
+        reason = "rsyslog's mmnormalize module is missing (install rsyslog with liblognorm)"
     return reason
 
 

@@ -20,6 +20,9 @@ INGEST_DIR = PIPELINES_DIR / "ingest"
 TOPICS_FILE = PIPELINES_DIR / "kafka" / "topics.yaml"
 
 
+EDGE_TOPIC_PREFIX = "fleetsight-edge-"
+
+
 @dataclass(frozen=True)
 class LogClass:
     name: str  # file name of its ingest pipeline: pipelines/ingest/<name>.json
@@ -35,6 +38,12 @@ class LogClass:
     @property
     def index_pattern(self) -> str:
         return f"{self.topic}-*"
+
+    @property
+    def edge_topic(self) -> str:
+        """The topic of this class's lines parsed on the node (ECS JSON): indexed with no pipeline.
+        Only classes of the pattern catalogue (pipelines/catalogue.py) have one."""
+        return EDGE_TOPIC_PREFIX + self.name
 
     def pipeline_body(self) -> dict[str, Any]:
         return json.loads((INGEST_DIR / f"{self.name}.json").read_text())

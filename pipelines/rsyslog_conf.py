@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import generate
+from .catalogue import CATALOGUES
 from .logclasses import LOG_CLASSES, LogClass
 
 CONSUMER_GROUP = "fleetsight-shipper"
@@ -39,6 +41,10 @@ class NodeOptions:
     pid_file: Path | None = None
     stats_file: Path | None = None
     queue_max_disk: str = "2g"
+    # Parse the catalogued classes (pipelines/catalogue.py) here and ship ECS JSON to their edge topics;
+    # False ships every class raw, for the ingest pipelines (the pre-#25 path; the benchmark compares).
+    edge_parse: bool = True
+    edge_dir: Path = generate.EDGE_DIR  # where the node finds the rulebases and lookup tables
 
 
 def quote(text: str) -> str:
@@ -57,6 +63,65 @@ NODE_RECORD = (
     '"event":{"id":"%$.doc_id:::json%"},'
     '"fleetsight":{"cluster":"%$.cluster:::json%"}}'
 )
+
+
+READ_TIME_TEMPLATE = "fleetsight_read_time"
+
+
+def edge_preamble(edge_dir: Path = generate.EDGE_DIR) -> list[str]:
+    """What the edge rulesets need at the top of a node configuration: mmnormalize, the Xid lookup tables
+    and the template of the time rsyslog read a line."""
+    return [
+        'module(load="mmnormalize")',
+        generate.lookup_tables(edge_dir),
+        f'template(name="{READ_TIME_TEMPLATE}" type="string" string="%timegenerated:::date-rfc3339%")',
+        'template(name="fleetsight_edge_record" type="string" string="%$!%")',
+    ]
+
+
+def edge_parse_ruleset(log_class: str, edge_dir: Path = generate.EDGE_DIR) -> str:
+    """The ruleset that parses one catalogued class's line on the node into its ECS document ($!)."""
+    body = generate.edge_ruleset(CATALOGUES[log_class], edge_dir, READ_TIME_TEMPLATE)
+    return f'ruleset(name="edge_parse_{log_class}") {{\n{body}\n}}'
+
+
+def edge_file_config(
+    work_dir: Path,
+    source: Path,
+    out_file: Path,
+    raw_file: Path | None,
+    log_class: str,
+    node: str,
+    cluster: str,
+    parse: bool = True,
+) -> str:
+    """A node-side rsyslog that parses one file with the edge ruleset and writes, per line, the ECS
+    document (out_file) and the raw node record the ingest pipelines take (raw_file): the equivalence
+    test runs the same lines through both engines with these."""
+    return "\n".join(
+        [
+            f'global(workDirectory={quote(str(work_dir))} maxMessageSize="64k")',
+            'module(load="imfile" mode="inotify")',
+            *edge_preamble(),
+            f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD + chr(10))})',
+            'template(name="fleetsight_edge_line" type="string" string="%$!%\\n")',
+            edge_parse_ruleset(log_class),
+            f'input(type="imfile" file={quote(str(source))} tag="{log_class}" ruleset="edge_file" '
+            'addMetadata="on" freshStartTail="off")',
+            'ruleset(name="edge_file") {',
+            f"  set $.node = {quote(node)};",
+            f"  set $.cluster = {quote(cluster)};",
+            '  set $.doc_id = $.node & ":" & $!metadata!filename & ":" & $!metadata!fileoffset;',
+            f'  action(type="omfile" file={quote(str(raw_file))} template="fleetsight_node_record")'
+            if raw_file
+            else "  # no raw record",
+            f"  call edge_parse_{log_class}" if parse else "  # not parsed (the benchmark's baseline)",
+            f'  action(type="omfile" file={quote(str(out_file))} '
+            f'template="{"fleetsight_edge_line" if parse else "fleetsight_node_record"}")',
+            "}",
+            "",
+        ]
+    )
 
 
 def node_paths(log_class: LogClass, options: NodeOptions) -> list[str]:
@@ -88,7 +153,14 @@ def node_config(options: NodeOptions) -> str:
         f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD)})',
         "",
     ]
+    if options.edge_parse:
+        lines += [
+            *edge_preamble(options.edge_dir),
+            *[edge_parse_ruleset(name, options.edge_dir) for name in CATALOGUES],
+            "",
+        ]
     for log_class in LOG_CLASSES:
+        edge = options.edge_parse and log_class.name in CATALOGUES
         ruleset = f"to_kafka_{log_class.name}"
         for index, path in enumerate(node_paths(log_class, options)):
             lines.append(
@@ -102,9 +174,12 @@ def node_config(options: NodeOptions) -> str:
             f"  set $.node = {node_expr};",
             f"  set $.cluster = {quote(options.cluster)};",
             '  set $.doc_id = $.node & ":" & $!metadata!filename & ":" & $!metadata!fileoffset;',
-            f'  action(type="omkafka" name="kafka_{log_class.name}" topic="{log_class.topic}"',
+            # Parsed here: the ECS document in $! (a line no pattern matches goes whole, tagged).
+            f"  call edge_parse_{log_class.name}" if edge else "  # raw: the ingest pipeline parses it",
+            f'  action(type="omkafka" name="kafka_{log_class.name}" '
+            f'topic="{log_class.edge_topic if edge else log_class.topic}"',
             f"         broker={brokers_array(options.brokers)}",
-            '         template="fleetsight_node_record"',
+            f'         template="{"fleetsight_edge_record" if edge else "fleetsight_node_record"}"',
             '         confParam=["compression.codec=zstd", "queue.buffering.max.ms=20", '
             f'"socket.keepalive.enable=true", "message.timeout.ms={KAFKA_MESSAGE_TIMEOUT_MS}"]',
             # librdkafka's own retries time out; then rsyslog re-submits and the action suspends, and
@@ -137,6 +212,54 @@ class ShipperOptions:
     consumer_group: str = CONSUMER_GROUP
 
 
+# Bulk requests of the edge leg: the documents need no pipeline, so OpenSearch's cost is the indexing
+# itself (~35 CPU-us a document); 5,000 records (~4 MB) per bulk amortise the per-request overhead (HTTP,
+# the shard's write lock, translog fsync with durability=request), and two workers keep both of a
+# 2-core node's write threads busy.
+EDGE_BULK_RECORDS = 5000
+
+
+def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
+    """The edge topic of a catalogued class: ECS JSON parsed on the node, bulk-indexed with no ingest
+    pipeline into the class's daily index (the line's own day, UTC), id = the line's origin."""
+    name = f"edge_{log_class.name}"
+    return [
+        f'template(name="index_{name}" type="string" string="{log_class.topic}-%$.day%")',
+        f'input(type="imkafka" topic="{log_class.edge_topic}" broker={brokers_array(options.brokers)}',
+        f'      consumergroup="{options.consumer_group}" ruleset="ship_{name}"',
+        '      confParam=["auto.offset.reset=earliest", "fetch.wait.max.ms=50",',
+        '                 "socket.keepalive.enable=true"])',
+        f'ruleset(name="ship_{name}" queue.type="LinkedList" queue.filename="ship_{name}"',
+        '        queue.size="200000"',
+        f'        queue.workerThreads="2" queue.workerThreadMinimumMessages="{EDGE_BULK_RECORDS}"',
+        '        queue.saveOnShutdown="on" queue.maxDiskSpace="2g" '
+        f'queue.dequeueBatchSize="{EDGE_BULK_RECORDS}") {{',
+        '  action(type="mmjsonparse" cookie="" useRawMsg="on")',
+        '  if $parsesuccess != "OK" then {',
+        "    set $!message = $rawmsg;",
+        '    set $!tags = "not_a_node_record";',
+        "  }",
+        "  set $.unix = parse_time($!@timestamp);",
+        '  if $.unix == 0 then { set $.unix = parse_time(exec_template("fleetsight_now")); }',
+        '  set $.day = replace(substring(format_time($.unix, "date-rfc3339"), 0, 10), "-", ".");',
+        f'  action(type="omelasticsearch" name="es_{name}" server="{options.es_host}" '
+        f'serverport="{options.es_port}" usehttps="off" esVersion.major="8"',
+        f'         searchIndex="index_{name}" dynSearchIndex="on"',
+        '         template="fleetsight_es_doc" bulkmode="on" maxbytes="10m"',
+        '         dynbulkid="on" bulkid="fleetsight_es_id" writeoperation="index"',
+        f'         retryfailures="on" retryruleset="retry_{name}"',
+        f"         errorFile={quote(str(options.error_file))}",
+        '         action.resumeRetryCount="-1" action.resumeInterval="2")',
+        "}",
+        f'ruleset(name="retry_{name}") {{',
+        "  if $.omes!status == 429 or $.omes!status >= 500 then {",
+        f"    call ship_{name}",
+        "  }",
+        "}",
+        "",
+    ]
+
+
 def shipper_config(options: ShipperOptions) -> str:
     lines = [
         "# FleetSight log shipper (local stand-in for Logstash): Kafka -> OpenSearch/Elasticsearch through",
@@ -156,6 +279,7 @@ def shipper_config(options: ShipperOptions) -> str:
         "",
         'template(name="fleetsight_es_doc" type="string" string="%$!%")',
         'template(name="fleetsight_es_id" type="string" string="%$!event!id%")',
+        'template(name="fleetsight_now" type="string" string="%timegenerated:::date-rfc3339%")',
         "",
     ]
     for log_class in LOG_CLASSES:
@@ -199,4 +323,6 @@ def shipper_config(options: ShipperOptions) -> str:
             "}",
             "",
         ]
+        if name in CATALOGUES:
+            lines += edge_shipper(log_class, options)
     return "\n".join(lines)

@@ -302,3 +302,81 @@ GARBAGE = [
     '{"json": "but not ours"}',
     "x" * 5000,
 ]
+
+# Kernel lines the node agent parses and the ingest pipeline used to leave unparsed (dmesg -T time, a bare
+# 'kernel:' prefix, an Xid further into the line), and near misses: times that do not exist, odd spacing,
+# a '%' (liblognorm's escape), tabs. Both parsers must make the same document of each.
+KERNEL_EDGE_CASES = [
+    "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x50",
+    "[Fri Aug  2 01:43:09 2024] NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",
+    "[Fri Feb 30 11:43:09 2024] NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",
+    "[Fri Aug 30 25:43:09 2024] NVRM: Xid (PCI:0000:3b:00): 13, x",
+    "[Mon Foo 30 11:43:09 2024] NVRM: Xid (PCI:0000:3b:00): 13, x",
+    "kernel: NVRM: Xid (PCI:0000:5d:00): 63, pid='<unknown>', name=<unknown>, Row Remapper",
+    "kernel: [ 12.5] NVRM: Xid (PCI:0000:5d:00): 63, pid=<unknown>, x",
+    "some prefix NVRM: Xid (PCI:0000:5d:00): 48, pid=12, name=x, DBE",
+    "2026-11-21T10:08:00.000000+00:00 n0003 kernel: audit: NVRM: Xid (PCI:0000:3a:00): 79, pid=1, name=p, GPU has fallen off the bus.",
+    "2026-02-30T10:08:00.000000+00:00 n0003 kernel: NVRM: Xid (PCI:0000:3a:00): 79, x",
+    "2026-11-21T10:08:00.123456+05:30 n0003 kernel: NVRM: Xid (PCI:0000:3a:00): 79, x",
+    "2026-11-21T23:58:00Z n0003 kernel: NVRM: Xid (PCI:0000:3a:00): 79, x",
+    "2026-11-21T23:58:00.5-02:00 n0003 kernel: [12] NVRM: Xid (PCI:0000:3a:00): 79, x",
+    "Nov  1 10:08:00 n0003 kernel: [   3.000000] nvidia-nvswitch0: SXid (0000:07:00.0): 12, Fatal, x",
+    "Nov 1 10:08:00 n0003 kernel: hello",
+    "Feb 30 10:08:00 n0003 kernel: hello",
+    "[ 1234.567890] NVRM: GPU 0000:3a:00.0: GPU has fallen off the bus.",
+    "[ 1234.567890] LustreError: something odd",
+    "[ 1234.567890] Lustre: scratch-OST0002-osc-ffff8f0a1b2c3000: Connection restored to scratch-OST0002 (at 10.10.0.12@o2ib)",
+    "[ 1234.567890] LustreError: 167-0: dev: This client was evicted by tgt; rest",
+    "[ 1234.567890] eth0: Link up",
+    "[ 1234.567890] ibs1: Link DOWN",
+    "[ 1234.567890] mlx5_ib: mlx5_0: port 1 state changed to INIT",
+    "NVRM: Xid (PCI:0000:18:00): not-a-number, malformed",
+    "NVRM: Xid (PCI:0000:18:00): 13,",
+    "NVRM: Xid (PCI:0000:18:00): 13, ",
+    "[] empty",
+    "[12.] x",
+    "[ 12.5 ] x",
+    "kernel:",
+    "  leading spaces NVRM: Xid (PCI:0000:18:00): 13, x",
+    "NVRM: Xid (PCI:0000:18:00): 13, pid=12, name=, x",
+    "NVRM: Xid (PCI:0000:18:00): 13, pid=12, name=a,b, x",
+    "NVRM: Xid (PCI:0000:18:00): 13, pid=-1, x",
+    "[2922109.612490] LustreError: 11-0: d: operation ost_write to node n failed: rc = 107",
+    "[2922109.612490] LustreError: 11-0: d: operation ost_write to node n failed: rc = -0",
+    "100% done",
+    "a % b %% c",
+    "tab\tseparated\tNVRM: Xid (PCI:0000:18:00): 13, x",
+]
+
+
+def xid_generations(code: int) -> list[str]:
+    """One line of an Xid code in each driver generation's form and each line frame."""
+    return [
+        f"2026-11-21T10:08:00.250000+00:00 n0003 kernel: [1229615.939836] NVRM: Xid (PCI:0000:3a:00): {code}, "
+        "pid=57075, name=python3, text",  # R525+
+        f"Nov 21 10:08:00 n0003 kernel: [ 8123.456789] NVRM: Xid (PCI:0000:1b:00): {code}, pid=1234, text",  # R450
+        f"Nov  1 10:08:00 n0003 kernel: NVRM: Xid (PCI:0000:b3:00): {code}, text",  # older
+        f"[ 1234.567890] NVRM: Xid (0000:03:00): {code}, 0004 00000000 0000a1c0",  # very old
+        f"[ 1234.567890] NVRM: Xid (PCI:0000:3a:00): {code}, pid='<unknown>', name=<unknown>, text",  # GSP
+        f"[Sat Nov 21 10:00:09 2026] NVRM: Xid (PCI:0000:5d:00): {code}, pid=1, name=python3, text",  # dmesg -T
+        f"kernel: NVRM: Xid (PCI:0000:5d:00): {code}, pid=1, text",  # bare kernel:
+    ]
+
+
+# Fabric Manager near misses: its level words, a non-fatal and a fatal NVSwitch error, odd times.
+FABRICMANAGER_EDGE_CASES = [
+    "[Mar 07 2024 11:52:28] [WARN] [tid 1234] link training took longer than expected",
+    "[Mar 7 2024 11:52:28] [FATAL] [tid 1] fabric manager exiting",
+    "[Feb 30 2024 11:52:28] [INFO] [tid 1] impossible day",
+    "[Mar 07 2024 25:52:28] [INFO] [tid 1] impossible hour",
+    "[Mar  7 2024 11:52:28] [INFO] [tid 1] two spaces",
+    "[Foo 07 2024 11:52:28] [INFO] [tid 1] no such month",
+    "[Mar 07 2024 11:52:28] [ERROR] [tid 99] detected NVSwitch fatal error 12028 on fid 0 on NVSwitch pci bus "
+    "id 00000000:86:00.0 physical id 3 port 61 and more",
+    "[Mar 07 2024 11:52:28] [INFO] [tid 99] detected NVSwitch Fatal error 1 on fid 0 on NVSwitch pci bus id x "
+    "physical id 1 port 1",
+    "[Mar 07 2024 11:52:28] [INFO] [tid x] bad thread id",
+    "[Mar 07 2024 11:52:28] [INFO] [tid 5] ",
+    "detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 61",
+    "[Mar 07 2024 11:52:28] [Error] [tid 5] 100% done",
+]

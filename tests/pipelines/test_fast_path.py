@@ -93,7 +93,7 @@ def run(stack: LogStack, body: dict[str, Any], docs: list[dict[str, Any]]) -> li
 
 def without_fast_path(body: dict[str, Any]) -> dict[str, Any]:
     variant = copy.deepcopy(body)
-    envelope = variant["processors"][0]["script"]
+    envelope = next(p["script"] for p in variant["processors"] if "script" in p)
     assert envelope["params"]["fast_path"] is True, "the first script holds the fast path"
     envelope["params"]["fast_path"] = False
     return variant

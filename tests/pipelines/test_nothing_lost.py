@@ -16,7 +16,8 @@ import httpx
 from confluent_kafka import Consumer, TopicPartition
 from logs_helpers import LOSS_SCENARIO, LogStack
 
-from pipelines.logclasses import LOG_CLASSES
+from pipelines.catalogue import CATALOGUES
+from pipelines.logclasses import BY_NAME, LOG_CLASSES
 from pipelines.rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS
 from support import FLEETSIGHT, REPO_ROOT, wait_until
 
@@ -62,21 +63,44 @@ def indexed_origins(stack: LogStack, nodes_root: Path) -> list[tuple[str, int]]:
         search_after = hits[-1]["sort"]
 
 
-def kafka_records(stack: LogStack) -> int:
-    """Records in the log topics: lines delivered to Kafka, repeats included."""
+def kafka_records(stack: LogStack, topics: list[str]) -> int:
+    """Records in these topics: lines delivered to Kafka, repeats included."""
     consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "loss-test-count", "log_level": 0})
     try:
         total = 0
-        for log_class in LOG_CLASSES:
-            topic = consumer.list_topics(log_class.topic, timeout=30).topics[log_class.topic]
+        for name in topics:
+            topic = consumer.list_topics(name, timeout=30).topics[name]
             for partition in topic.partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(log_class.topic, partition), timeout=30
-                )
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=30)
                 total += high - low
         return total
     finally:
         consumer.close()
+
+
+# The catalogued classes (kernel, Fabric Manager) are parsed on the node and indexed with no pipeline
+# (the edge path); the others go raw through the ingest pipelines. Each path's counts are reported apart.
+EDGE_TOPICS = [BY_NAME[name].edge_topic for name in CATALOGUES]
+EDGE_PATH = f"edge ({', '.join(CATALOGUES)}: parsed on the node, no pipeline)"
+PIPELINE_TOPICS = [c.topic for c in LOG_CLASSES]
+EDGE_FILES = tuple("/" + path.rsplit("/", 1)[-1] for name in CATALOGUES for path in BY_NAME[name].twin_files)
+
+
+def is_edge(origin: tuple[str, int]) -> bool:
+    return origin[0].endswith(EDGE_FILES)
+
+
+def path_counts(
+    written: set[tuple[str, int]], documents: list[tuple[str, int]], edge: bool
+) -> dict[str, int]:
+    mine = {o for o in written if is_edge(o) == edge}
+    counts = Counter(o for o in documents if is_edge(o) == edge)
+    return {
+        "written": len(mine),
+        "indexed": len(counts),
+        "missing": len(mine - set(counts)),
+        "duplicated": sum(n - 1 for n in counts.values()),
+    }
 
 
 def outage(
@@ -146,7 +170,12 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
         missing = written - set(counts)
         duplicated = sum(n - 1 for n in counts.values())
         unexpected = set(counts) - written
-        delivered = kafka_records(log_stack)
+        delivered = kafka_records(log_stack, EDGE_TOPICS + PIPELINE_TOPICS)
+        edge_delivered = kafka_records(log_stack, EDGE_TOPICS)
+        per_path = {
+            EDGE_PATH: path_counts(written, documents, True),
+            "pipeline (other classes: ingest pipelines)": path_counts(written, documents, False),
+        }
         rejected = settings.data_dir("rsyslog-shipper") / "rejected.jsonl"
         if rejected.exists():
             print(f"shipper error file: {rejected.read_text()[-3000:]}")
@@ -167,7 +196,15 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
             f"duplicated: {duplicated}  unexpected: {len(unexpected)}  "
             f"Kafka records: {delivered} ({delivered - len(written):+d} vs written: repeats absorbed by ids)"
             + (f"\nfirst missing (file, offset): {sorted(missing)[:5]}" if missing else "")
+            + "".join(
+                f"\n{path}: " + "  ".join(f"{key} {value}" for key, value in numbers.items())
+                for path, numbers in per_path.items()
+            )
+            + f"\nedge topic records: {edge_delivered}"
         )
     assert not missing, sorted(missing)[:10]
     assert duplicated == 0
     assert not unexpected, sorted(unexpected)[:10]
+    # The edge path was exercised: kernel lines were written and went through the edge topic.
+    edge = per_path[EDGE_PATH]
+    assert edge["written"] > 0 and edge_delivered >= edge["written"], (edge, edge_delivered)

@@ -3,13 +3,16 @@ validation, and carry what the loss guarantees rest on."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from fleetsight.components import load_components
-from pipelines.logclasses import LOG_CLASSES
+from pipelines import logstash
+from pipelines.catalogue import CATALOGUES
+from pipelines.logclasses import BY_NAME, LOG_CLASSES
 from pipelines.rsyslog_conf import (
     KAFKA_CLOSE_TIMEOUT_MS,
     NodeOptions,
@@ -17,6 +20,7 @@ from pipelines.rsyslog_conf import (
     node_config,
     shipper_config,
 )
+from support import REPO_ROOT
 
 
 def validate(config: str, tmp_path: Path) -> None:
@@ -39,7 +43,10 @@ def test_node_config_is_valid(tmp_path: Path, local: bool) -> None:
     config = node_config(options)
     validate(config, tmp_path)
     for log_class in LOG_CLASSES:
-        assert f'topic="{log_class.topic}"' in config
+        # Catalogued classes are parsed on the node and go to their edge topic as ECS JSON.
+        topic = log_class.edge_topic if log_class.name in CATALOGUES else log_class.topic
+        assert f'topic="{topic}"' in config
+    assert "call edge_parse_kernel" in config and 'module(load="mmnormalize")' in config
     # What nothing-lost rests on: a disk-assisted queue saved on shutdown, retried forever.
     assert config.count('queue.saveOnShutdown="on"') == len(LOG_CLASSES)
     assert config.count('action.resumeRetryCount="-1"') == len(LOG_CLASSES)
@@ -55,6 +62,20 @@ def test_shipper_config_is_valid(tmp_path: Path) -> None:
     for log_class in LOG_CLASSES:
         assert f'pipelineName="{log_class.pipeline_id}"' in config
     assert 'dynbulkid="on" bulkid="fleetsight_es_id"' in config
+    # Edge topics: bulk-indexed with no ingest pipeline, id = origin, daily index by the line's day.
+    for name in CATALOGUES:
+        edge = config[config.index(f'action(type="omelasticsearch" name="es_edge_{name}"') :]
+        edge = edge[: edge.index("}")]
+        assert "pipelineName" not in edge and 'bulkid="fleetsight_es_id"' in edge
+        assert f'topic="{BY_NAME[name].edge_topic}"' in config
+
+
+def test_logstash_reads_the_edge_topics_without_a_pipeline() -> None:
+    conf = (REPO_ROOT / "pipelines" / "logstash" / "pipeline" / "fleetsight-logs.conf").read_text()
+    assert tuple(BY_NAME[name].edge_topic for name in CATALOGUES) == logstash.EDGE_TOPICS
+    assert f"topics => {json.dumps(list(logstash.EDGE_TOPICS))}" in conf
+    edge_output = conf[conf.index("} else {", conf.index("output {")) :]
+    assert "pipeline =>" not in edge_output and "document_id =>" in edge_output
 
 
 def test_the_node_rsyslog_is_given_time_to_stop_cleanly() -> None:

@@ -1,0 +1,5 @@
+version=2
+# FleetSight fabricmanager log events: generated from pipelines/catalogue.py by `fleetsight logs generate`.
+rule=fm_fatal:detected NVSwitch fatal error %{"name": "f_nvidia_sxid_code", "type": "number", "format": "number"}% on fid %{"name": "f_fabricmanager_fabric_id", "type": "number", "format": "number"}% on NVSwitch pci bus id %{"name": "f_nvidia_sxid_pci_bdf", "type": "word"}% physical id %{"name": "f_nvidia_sxid_switch", "type": "number", "format": "number"}% port %{"name": "f_nvidia_sxid_link", "type": "number", "format": "number"}%%{"name":"-","type":"rest"}%
+rule=fm_nonfatal:detected NVSwitch non-fatal error %{"name": "f_nvidia_sxid_code", "type": "number", "format": "number"}% on fid %{"name": "f_fabricmanager_fabric_id", "type": "number", "format": "number"}% on NVSwitch pci bus id %{"name": "f_nvidia_sxid_pci_bdf", "type": "word"}% physical id %{"name": "f_nvidia_sxid_switch", "type": "number", "format": "number"}% port %{"name": "f_nvidia_sxid_link", "type": "number", "format": "number"}%%{"name":"-","type":"rest"}%
+rule=fm_other:%{"name": "f_fabricmanager_message", "type": "rest"}%
