@@ -87,7 +87,8 @@ def node_files(root: Path) -> None:
     put(conf / "healthcheck.env", root / "etc/fleetsight/healthcheck.env")
     put(conf / "60-fleetsight-ipmi.rules", root / "lib/udev/rules.d/60-fleetsight-ipmi.rules")
     put(REPO / "deploy" / "slurm" / "healthcheck.py", root / "usr/lib/fleetsight/slurm/healthcheck", 0o755)
-    put(REPO / "health" / "prolog.py", root / "usr/lib/fleetsight/slurm/prolog", 0o755)
+    put(REPO / "health" / "prolog.py", root / "usr/lib/fleetsight/slurm/preflight", 0o755)
+    put(REPO / "deploy" / "slurm" / "prolog.sh", root / "usr/lib/fleetsight/slurm/prolog", 0o755)
     rsyslog = subprocess.run(
         [sys.executable, "-m", "fleetsight.cli", "logs", "rsyslog-config", "--broker", "kafka:9092"],
         cwd=REPO,

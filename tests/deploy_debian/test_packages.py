@@ -149,7 +149,10 @@ def test_file_layout(root: Path) -> None:
         "etc/fleetsight/prometheus/rules",
     ):
         assert (root / path).exists(), path
-    assert (root / "usr/lib/fleetsight/slurm/healthcheck").stat().st_mode & 0o111
+    for hook in ("healthcheck", "prolog", "preflight"):
+        assert (root / "usr/lib/fleetsight/slurm" / hook).stat().st_mode & 0o111, hook
+    prolog = root / "usr/lib/fleetsight/slurm/prolog"
+    assert subprocess.run(["sh", "-n", str(prolog)], check=False).returncode == 0
     assert (root / "opt/fleetsight/venv/bin/python").resolve() == Path("/usr/bin/python3.11").resolve()
 
 
