@@ -195,3 +195,25 @@ def test_installed_node_agent_starts_from_its_location_and_serves_metrics(
         cwd="/",
     ).stdout
     assert where.startswith(str(root / "opt/fleetsight/venv/lib/python3.11/site-packages/")), where
+
+
+def test_every_installed_unit_command_runs_from_the_installed_venv(root: Path) -> None:
+    """Each unit's ExecStart command (with its packaged FLEETSIGHT_ARGS) parses with the installed
+    CLI, which imports the service's modules and their libraries from the venv (scipy, scikit-learn...)."""
+    binary = root / "opt/fleetsight/venv/bin/fleetsight"
+    for unit in sorted((root / "lib/systemd/system").glob("fleetsight-*.service")):
+        text = unit.read_text()
+        command = text.split("ExecStart=/opt/fleetsight/venv/bin/fleetsight ", 1)[1].split(" ", 2)[:2]
+        result = subprocess.run(
+            [str(binary), *command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd="/",
+        )
+        assert result.returncode == 0 and "Usage:" in result.stdout, f"{unit.name}: {result.stderr[-2000:]}"
+    probe = "import fleetsight_anomaly.service, fleetsight_chatbot.service, fleetsight_health.service"
+    subprocess.run(
+        [str(root / "opt/fleetsight/venv/bin/python"), "-c", probe], check=True, cwd="/", timeout=120
+    )
