@@ -85,6 +85,14 @@ def cli() -> None:
     show_default=True,
     help="Post HealthCircuitBreakerOpen to the Alertmanager when the breaker holds.",
 )
+@click.option(
+    "--discovery-port",
+    "discovery_ports",
+    multiple=True,
+    metavar="JOB=PORT",
+    help="Serve GET /v1/targets/JOB (Prometheus http_sd, one target per scheduler node) on PORT; "
+    "repeatable, over the defaults dcgm=9400 fleetsight-node=9401 node=9100.",
+)
 def serve(
     policy_path: Path,
     listen: str | None,
@@ -97,6 +105,7 @@ def serve(
     state_dir: Path | None,
     cluster: str,
     breaker_alert: bool,
+    discovery_ports: tuple[str, ...],
 ) -> None:
     """Run the health service: refresh from the sources in the background, answer the REST API.
 
@@ -108,7 +117,10 @@ def serve(
       fleetsight health serve --prometheus-url http://127.0.0.1:19090 --alertmanager-url http://127.0.0.1:19093
       fleetsight health serve --listen 0.0.0.0:8080 --scheduler-url http://slurm:6820/slurm/v0.0.38
       FLEETSIGHT_HEALTH_TOKENS="s3cret=read,drain" fleetsight health serve --policy my-policy.yml
+      fleetsight health serve --scheduler-url http://slurm:6820/slurm/v0.0.38 --discovery-port dcgm=9500
+          (then Prometheus: http_sd_configs: [{url: http://HOST:9441/v1/targets/dcgm}])
     """
+    from .discovery import parse_ports
     from .service import HealthService, create_app, load_tokens, nodes_from_file, serve_app
     from .sources import Sources
 
@@ -116,7 +128,8 @@ def serve(
     try:
         policy = load(policy_path)
         tokens = load_tokens()
-    except (PolicyError, OSError) as exc:
+        ports = parse_ports(discovery_ports)
+    except (PolicyError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     settings = Settings()
     host, _, port = (listen or f"127.0.0.1:{settings.port('health')}").rpartition(":")
@@ -137,6 +150,7 @@ def serve(
         tokens,
         cluster,
         breaker_alert_url=alertmanager_url if breaker_alert else None,
+        discovery_ports=ports,
     )
     service.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

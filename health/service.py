@@ -27,6 +27,8 @@ from pydantic import BaseModel, Field
 
 from fleetsight import auth
 
+from .discovery import DEFAULT_PORTS
+from .discovery import add_routes as add_discovery_routes
 from .engine import BREAKER_RUNBOOK, STATES, HealthEngine, Observation, young_interval
 from .policy import Policy, PolicyError, parse_duration
 from .sources import Sources, split_urls
@@ -94,8 +96,10 @@ class HealthService:
         tokens: Mapping[str, frozenset[str]] | None = None,
         cluster: str = "",
         breaker_alert_url: str | None = None,
+        discovery_ports: dict[str, int] | None = None,
     ) -> None:
         self.policy = policy
+        self.discovery_ports = discovery_ports or DEFAULT_PORTS  # per-node scrape jobs (http_sd)
         self.sources = sources
         self.engine = HealthEngine(policy, state_dir, now=time.time())
         self.tokens = tokens or {}
@@ -293,6 +297,7 @@ def create_app(service: HealthService) -> FastAPI:
     Reader = Annotated[str, Depends(require("read"))]
     Drainer = Annotated[str, Depends(require("drain"))]
     Overrider = Annotated[str, Depends(require("override"))]
+    add_discovery_routes(app, service, require("read"), service.discovery_ports)
 
     def known_node(node: str) -> dict[str, Any]:
         item = service.engine.snapshot()["nodes"].get(node)

@@ -108,6 +108,9 @@ class Sources:
         self.first_seen: dict[str, float] = {}  # Prometheus-derived signals carry no start time
         self.key_source: dict[str, str] = {}
         self.touched: set[str] = set()
+        # The scheduler's last full node list (name -> state words, partitions), for service discovery:
+        # None until /nodes has answered once; kept as it was when a later read fails.
+        self.inventory: dict[str, dict[str, Any]] | None = None
 
     def close(self) -> None:
         self.client.close()
@@ -304,6 +307,7 @@ class Sources:
             result.scheduler = {n: SchedulerView(busy=True) for n in busy}
             return result
         nodes.raise_for_status()
+        inventory: dict[str, dict[str, Any]] = {}
         for item in nodes.json().get("nodes", []):
             name = item["name"]
             # v0.0.40+ (23.11): state ["DOWN", "DRAIN", "NOT_RESPONDING"]; v0.0.38 (22.05): state "down"
@@ -315,6 +319,7 @@ class Sources:
             allocated = any(w in ("ALLOCATED", "MIXED", "COMPLETING") for w in words)
             result.scheduler[name] = SchedulerView(tuple(words), reason, busy=allocated or name in busy)
             result.nodes.setdefault(name, "")
+            inventory[name] = {"state": words, "partitions": list(item.get("partitions") or [])}
             # NOT_RESPONDING alone is also what a freshly resumed node shows until its next ping
             for word, signal in (
                 ("DOWN", "scheduler_down"),
@@ -334,4 +339,5 @@ class Sources:
                         )
                     )
                     break
+        self.inventory = inventory
         return result

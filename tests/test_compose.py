@@ -514,8 +514,8 @@ def test_prometheus_finds_the_twins_nodes_through_http_sd_under_the_twin_profile
     and the address the twin lists for itself (its listen address, 0.0.0.0 in the container) is
     relabelled to one Prometheus can reach (the service's name)."""
     production = yaml.safe_load((REPO_ROOT / "metrics" / "prometheus.yml").read_text())
-    (job,) = [job for job in production["scrape_configs"] if job.get("http_sd_configs")]
-    (sd,) = job["http_sd_configs"]
+    (job,) = [job for job in production["scrape_configs"] if job["job_name"] == "dcgm"]
+    (sd,) = [sd for sd in job["http_sd_configs"] if sd["url"].endswith("/targets/dcgm.json")]
     url = urlparse(sd["url"])
     twin = services[url.hostname]
     assert twin["profiles"] == ["twin"] and twin["command"][:2] == ["twin", "run"]

@@ -1,0 +1,152 @@
+"""The HealthCheckProgram (deploy/slurm/healthcheck.py) run by a real slurmd (Slurm 22.05) every 2 s:
+with the health service up, an unfit node is drained with the service's reason and resumed when fit
+again; with the service down, nothing is drained and the node agent's own checks are reported."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from baremetal_helpers import REAL_API, REPO, HookedSlurm
+from health_helpers import Process, fast_policy, start_health
+
+from health.slurm_local import missing
+from support import free_port, wait_until
+
+sys.path.insert(0, str(REPO / "deploy" / "slurm"))
+import healthcheck
+
+NODES = ["n0001", "n0002"]
+TOKEN = "test-override-token-77aa"
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[HookedSlurm]:
+    why = missing()
+    if why:
+        pytest.fail(why)
+    folder = Path(tempfile.mkdtemp(prefix="fleetsight-test-hc-"))
+    cluster = HookedSlurm(folder, NODES, free_port())
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def health(slurm: HookedSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process, url = start_health(
+        tmp_path_factory.mktemp("health-hc"),
+        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),
+        ["--scheduler-url", REAL_API, "--scheduler-socket", str(slurm.rest_socket)],
+        tokens=f"{TOKEN}=read,override",
+    )
+    try:
+        wait_until(lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) == len(NODES), 20)
+        yield url
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real node agent on a fixture kernel log: its local checks find nothing wrong."""
+    folder = tmp_path_factory.mktemp("agent")
+    port = free_port()
+    kernlog = REPO / "tests" / "exporters" / "fixtures" / "kernlog" / "xid_generations.log"
+    command = [sys.executable, "-m", "fleetsight.cli", "exporter", "node", "--node", "n0002", "--no-state"]
+    command += ["--collector", "xid", "--kmsg-file", str(kernlog), "--listen", f"127.0.0.1:{port}"]
+    process = Process("node agent", command, folder / "agent.log")
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        process.wait_ready(url)
+        yield url
+    finally:
+        process.stop()
+
+
+def sinfo(slurm: HookedSlurm) -> dict[str, tuple[str, str]]:
+    out = subprocess.run(
+        ["sinfo", "-N", "-h", "-o", "%N|%T|%E"], env=slurm.env, capture_output=True, text=True, timeout=30
+    ).stdout
+    return {n: (s, r) for n, s, r in (line.split("|", 2) for line in out.splitlines())}
+
+
+def scontrol(slurm: HookedSlurm, *args: str) -> None:
+    result = subprocess.run(["scontrol", *args], env=slurm.env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, f"scontrol {' '.join(args)}: {result.stderr}"
+
+
+def log_lines(slurm: HookedSlurm) -> list[str]:
+    return slurm.log.read_text().splitlines() if slurm.log.exists() else []
+
+
+def test_service_up_unfit_node_is_drained_with_the_reason_and_resumed_when_fit(
+    slurm: HookedSlurm, health: str
+) -> None:
+    slurm.configure(FLEETSIGHT_HEALTH_URL=health)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    body = {"state": "unhealthy", "reason": "test: GPU fell off the bus", "expires_in": "10m"}
+    httpx.post(f"{health}/v1/nodes/n0001/override", json=body, headers=auth).raise_for_status()
+    state, reason = wait_until(
+        lambda: (n := sinfo(slurm)["n0001"])[0] in ("drained", "draining") and n, 30, what="n0001 drained"
+    )
+    print(f"\nhealthcheck, service up: n0001 {state}, reason {reason!r}")
+    assert reason.startswith("fleetsight: healthcheck: unhealthy:")
+    assert "GPU fell off the bus" in reason
+    assert sinfo(slurm)["n0002"][0] == "idle"
+    httpx.delete(f"{health}/v1/nodes/n0001/override", headers=auth).raise_for_status()
+    wait_until(lambda: sinfo(slurm)["n0001"][0] == "idle", 30, what="n0001 resumed by the healthcheck")
+    assert any("resumed (our drain)" in line for line in log_lines(slurm))
+
+
+def test_operator_drain_is_never_resumed(slurm: HookedSlurm, health: str) -> None:
+    slurm.configure(FLEETSIGHT_HEALTH_URL=health)
+    scontrol(slurm, "update", "nodename=n0002", "state=drain", "reason=ops: cabling")
+    mark = len(log_lines(slurm))
+    said = "Slurm already says 'ops: cabling'"  # the service reports the drain; the reason stays theirs
+    wait_until(lambda: any(said in line for line in log_lines(slurm)[mark + 1 :]), 20)
+    assert sinfo(slurm)["n0002"] == ("drained", "ops: cabling")
+    scontrol(slurm, "update", "nodename=n0002", "state=resume")
+
+
+def test_service_down_never_drains_and_uses_the_local_checks(
+    slurm: HookedSlurm, agent: str, tmp_path: Path
+) -> None:
+    stopped, url = start_health(tmp_path, fast_policy(), [])
+    stopped.stop()  # a health service that was there and is gone: connection refused
+    slurm.configure(FLEETSIGHT_HEALTH_URL=url, FLEETSIGHT_AGENT_URL=agent, FLEETSIGHT_HEALTH_TIMEOUT="1")
+    mark = len(log_lines(slurm))
+    lines = wait_until(
+        lambda: [line for line in log_lines(slurm)[mark:] if "unreachable" in line and "passed" in line], 20
+    )
+    print(f"\nhealthcheck, service down: {lines[0]}")
+    assert "not draining for FleetSight's outage" in lines[0]
+    assert all(state == "idle" for state, _ in sinfo(slurm).values())
+    # the node agent down as well: still no drain, and the report says no check ran
+    slurm.configure(FLEETSIGHT_HEALTH_URL=url, FLEETSIGHT_AGENT_URL=url + "/metrics")
+    mark = len(log_lines(slurm))
+    lines = wait_until(lambda: [x for x in log_lines(slurm)[mark:] if "no check ran" in x], 20)
+    print(f"healthcheck, service and agent down: {lines[0]}")
+    assert all(state == "idle" for state, _ in sinfo(slurm).values())
+
+
+def test_local_rules_read_the_node_agents_metric_names() -> None:
+    text = (
+        'fleetsight_pcie_link_downgraded{gpu="3"} 1\n'
+        'fleetsight_pcie_link_downgraded{gpu="4"} 0\n'
+        'fleetsight_infiniband_port_up{device="mlx5_0",port="1"} 0\n'
+        "fleetsight_bmc_psu_healthy 1\n"
+    )
+    assert healthcheck.local_failures(text) == [
+        'PCIe link downgraded {gpu="3"}',
+        'InfiniBand port down {device="mlx5_0",port="1"}',
+    ]
