@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .index import DocIndex, Hit, Section, default_sources, tokens
 from .live import LiveContext, LiveSources, find_jobs, find_nodes, gather
 from .llm import LLMConfig, LLMError, ask_llm
@@ -26,6 +28,18 @@ MAX_QUOTE_LINES = 14  # lines quoted from one section
 # or 200. Calibrated on chatbot/eval/questions.yaml (see docs/chatbot.md): out-of-scope questions
 # score up to about 0.55, in-scope ones from about 0.7 up.
 MIN_SCORE = 0.6
+# Retrieval modes: BM25 alone (exact tokens: Xid numbers, error strings, alert names), the embedding
+# model alone (a researcher's own words), or both fused (the default).
+MODES = ("lexical", "dense", "hybrid")
+FUSIONS = ("sum", "rrf")
+# Dense: the cosine of the question with the best runbook section below which it is out of scope.
+DENSE_MIN_SCORE = 0.35
+# Hybrid (score sum): BM25 in max-IDF units plus DENSE_WEIGHT times the cosine; decline below
+# HYBRID_MIN_SCORE. Both calibrated on chatbot/eval/questions.yaml only (docs/chatbot.md).
+DENSE_WEIGHT = 2.0
+HYBRID_MIN_SCORE = 1.25
+RRF_K = 60  # the usual constant of reciprocal rank fusion
+SEARCH_DEPTH = 20
 # The sections whose steps an answer quotes, in order of preference, after the best matching one (the
 # alert runbooks say "What to do", the log-alert runbooks "Act").
 ACTION_SECTIONS = ("What to do", "Act", "How to confirm", "Confirm")
@@ -64,6 +78,16 @@ SYNONYMS = {token: words for key, words in SYMPTOMS.items() for token in tokens(
 # Runbooks are the answers; the other docs explain FleetSight itself and rank after them.
 DOC_WEIGHT = 0.75
 SECOND_SECTION_WEIGHT = 0.5
+
+
+def rrf(*scores: np.ndarray) -> np.ndarray:
+    """Reciprocal rank fusion of score vectors over the same sections (unmatched sections add nothing)."""
+    fused = np.zeros_like(scores[0])
+    for score in scores:
+        ranks = np.empty(len(score), dtype=np.int64)
+        ranks[np.argsort(-score, kind="stable")] = np.arange(1, len(score) + 1)
+        fused += np.where(score > 0, 1.0 / (RRF_K + ranks), 0.0).astype(fused.dtype)
+    return fused
 
 
 class QuestionError(ValueError):
@@ -128,6 +152,17 @@ class ChatConfig:
     live: LiveSources = field(default_factory=LiveSources)
     llm: LLMConfig | None = None
     min_score: float = MIN_SCORE
+    mode: str = "hybrid"
+    fusion: str = "sum"
+    dense_min_score: float = DENSE_MIN_SCORE
+    dense_weight: float = DENSE_WEIGHT
+    hybrid_min_score: float = HYBRID_MIN_SCORE
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion {self.fusion!r}: use one of {', '.join(FUSIONS)}")
 
     def source_paths(self) -> list[Path]:
         return list(self.sources) or default_sources(self.repo_root)
@@ -205,7 +240,7 @@ class Answerer:
 
     def __init__(self, config: ChatConfig) -> None:
         self.config = config
-        self.index = DocIndex(config.source_paths(), config.repo_root)
+        self.index = DocIndex(config.source_paths(), config.repo_root, dense=config.mode != "lexical")
 
     def check_question(self, question: str) -> str:
         question = question.strip()
@@ -221,17 +256,44 @@ class Answerer:
         return question
 
     def search(self, question: str) -> list[Hit]:
-        """The best sections for the question (symptoms expanded, node names and job ids left out: they
-        are not words of the runbooks), runbooks before the other docs."""
+        """The best sections for the question (node names and job ids left out: they are not words of
+        the runbooks), in the configured mode; runbooks before the other docs."""
         words = question
         for name in [*find_nodes(question, self.config.live.node_pattern), *find_jobs(question)]:
             words = re.sub(rf"\b{re.escape(name)}\b", " ", words, flags=re.IGNORECASE)
-        hits = self.index.search(expand(words), k=20)
-        weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in hits]
-        return sorted(weighed, key=lambda h: -h.score)
+        if self.config.mode == "lexical":
+            hits = self.index.search(expand(words), k=SEARCH_DEPTH)
+            weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in hits]
+            return sorted(weighed, key=lambda h: -h.score)
+        sections = self.index.sections
+        cosine = self.index.similarities(words)
+        if self.config.mode == "dense":
+            scores = cosine
+        else:
+            lexical = self.index.scores(expand(words)) / self.index.max_idf
+            lexical *= np.array([1.0 if s.is_runbook else DOC_WEIGHT for s in sections], dtype=np.float32)
+            if self.config.fusion == "rrf":
+                scores = rrf(lexical, cosine)
+                # Rank fusion has no scale to decline on: keep the two calibrated decisions beside it.
+                self._rrf_relevant = bool(
+                    lexical.max(initial=0.0) >= self.config.min_score
+                    or cosine.max(initial=0.0) >= self.config.dense_min_score
+                )
+            else:
+                scores = lexical + self.config.dense_weight * cosine
+        order = np.argsort(-scores, kind="stable")[:SEARCH_DEPTH]
+        return [Hit(sections[i], float(scores[i])) for i in order if scores[i] > 0]
 
     def relevant(self, hits: list[Hit]) -> bool:
-        return bool(hits) and hits[0].score / self.index.max_idf >= self.config.min_score
+        if not hits:
+            return False
+        if self.config.mode == "lexical":
+            return hits[0].score / self.index.max_idf >= self.config.min_score
+        if self.config.mode == "dense":
+            return hits[0].score >= self.config.dense_min_score
+        if self.config.fusion == "rrf":
+            return self._rrf_relevant
+        return hits[0].score >= self.config.hybrid_min_score
 
     def answer(self, question: str, live: bool = True) -> Answer:
         started = time.perf_counter()
