@@ -256,56 +256,46 @@ class Answerer:
         return question
 
     def search(self, question: str) -> list[Hit]:
+        """The best sections for the question, best first (see :meth:`retrieve`)."""
+        return self.retrieve(question)[0]
+
+    def retrieve(self, question: str) -> tuple[list[Hit], bool]:
         """The best sections for the question (node names and job ids left out: they are not words of
-        the runbooks), in the configured mode; runbooks before the other docs."""
+        the runbooks) in the configured mode, runbooks before the other docs; and whether the best is
+        relevant enough to answer from (else: decline)."""
         words = question
         for name in [*find_nodes(question, self.config.live.node_pattern), *find_jobs(question)]:
             words = re.sub(rf"\b{re.escape(name)}\b", " ", words, flags=re.IGNORECASE)
         if self.config.mode == "lexical":
-            hits = self.index.search(expand(words), k=SEARCH_DEPTH)
-            weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in hits]
-            return sorted(weighed, key=lambda h: -h.score)
+            found = self.index.search(expand(words), k=SEARCH_DEPTH)
+            weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in found]
+            hits = sorted(weighed, key=lambda h: -h.score)
+            return hits, bool(hits) and hits[0].score / self.index.max_idf >= self.config.min_score
         sections = self.index.sections
         cosine = self.index.similarities(words)
         if self.config.mode == "dense":
-            scores = cosine
+            scores, relevant = cosine, cosine.max(initial=0.0) >= self.config.dense_min_score
         else:
             lexical = self.index.scores(expand(words)) / self.index.max_idf
             lexical *= np.array([1.0 if s.is_runbook else DOC_WEIGHT for s in sections], dtype=np.float32)
-            if self.config.fusion == "rrf":
-                scores = rrf(lexical, cosine)
-                # Rank fusion has no scale to decline on: keep the two calibrated decisions beside it.
-                self._rrf_relevant = bool(
-                    lexical.max(initial=0.0) >= self.config.min_score
-                    or cosine.max(initial=0.0) >= self.config.dense_min_score
-                )
-            else:
-                scores = lexical + self.config.dense_weight * cosine
+            summed = lexical + self.config.dense_weight * cosine
+            # Rank fusion has no scale to decline on: the calibrated sum decides in both fusions.
+            relevant = summed.max(initial=0.0) >= self.config.hybrid_min_score
+            scores = rrf(lexical, cosine) if self.config.fusion == "rrf" else summed
         order = np.argsort(-scores, kind="stable")[:SEARCH_DEPTH]
-        return [Hit(sections[i], float(scores[i])) for i in order if scores[i] > 0]
-
-    def relevant(self, hits: list[Hit]) -> bool:
-        if not hits:
-            return False
-        if self.config.mode == "lexical":
-            return hits[0].score / self.index.max_idf >= self.config.min_score
-        if self.config.mode == "dense":
-            return hits[0].score >= self.config.dense_min_score
-        if self.config.fusion == "rrf":
-            return self._rrf_relevant
-        return hits[0].score >= self.config.hybrid_min_score
+        return [Hit(sections[i], float(scores[i])) for i in order if scores[i] > 0], bool(relevant)
 
     def answer(self, question: str, live: bool = True) -> Answer:
         started = time.perf_counter()
         question = self.check_question(question)
         context = gather(question, self.config.live) if live else LiveContext()
-        hits = self.search(question)
-        if not self.relevant(hits) and context.evidence:
+        hits, relevant = self.retrieve(question)
+        if not relevant and context.evidence:
             # The words alone say too little ("n0007 lost a GPU"), but what the cluster reports about it
             # does (an Xid 79 in its log): search with both.
-            hits = self.search(" ".join([question, *(e.summary for e in context.evidence)]))
+            hits, relevant = self.retrieve(" ".join([question, *(e.summary for e in context.evidence)]))
         preferred = [r for r in context.runbooks if any(s.file == r for s in self.index.file_sections(r))]
-        if not self.relevant(hits) and not preferred:
+        if not relevant and not preferred:
             result = self.decline(question, hits, context)
         else:
             result = self.extractive(question, hits, preferred, context)
