@@ -157,7 +157,9 @@ def evaluate_command(
     for mode in modes:
         answerer = Answerer(replace(chat_config(docs), mode=mode, fusion=fusion))
         if not answerer.index.sections:
-            raise click.ClickException("no Markdown sections found in the docs: nothing to evaluate (see --docs)")
+            raise click.ClickException(
+                "no Markdown sections found in the docs: nothing to evaluate (see --docs)"
+            )
         reports[mode] = evaluate(answerer, entries)
     main = "hybrid" if "hybrid" in reports else modes[0]
     if as_json:

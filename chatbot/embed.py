@@ -126,7 +126,11 @@ class Encoder:
         scores /= scores.sum(-1, keepdims=True)
         context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, WIDTH)
         attended = self._linear(context, p + "attention.output.dense") + x
-        x = layer_norm(attended, self.w[p + "attention.output.LayerNorm.weight"], self.w[p + "attention.output.LayerNorm.bias"])
+        x = layer_norm(
+            attended,
+            self.w[p + "attention.output.LayerNorm.weight"],
+            self.w[p + "attention.output.LayerNorm.bias"],
+        )
         inner = gelu(self._linear(x, p + "intermediate.dense"))
         out = self._linear(inner, p + "output.dense") + x
         return layer_norm(out, self.w[p + "output.LayerNorm.weight"], self.w[p + "output.LayerNorm.bias"])

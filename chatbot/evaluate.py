@@ -8,11 +8,10 @@ when its file exists, has the section it names, and that section contains the qu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import re
 
 import yaml
 
@@ -69,7 +68,9 @@ def load_questions(path: Path) -> list[Entry]:
             raise QuestionSetError(
                 f"{path}: entry {number} ('{item['question']}'): 'expect' must be a list of paths"
             )
-        category = OUT_OF_SCOPE if not expect else (named[number - 1] if number <= len(named) else "questions")
+        category = (
+            OUT_OF_SCOPE if not expect else (named[number - 1] if number <= len(named) else "questions")
+        )
         entries.append(Entry(item["question"].strip(), tuple(expect), category))
     return entries
 
@@ -101,7 +102,7 @@ class Report:
     def _share(self, hits: int, total: int) -> float | None:
         return round(hits / total, 4) if total else None
 
-    def by_category(self) -> dict[str, "Report"]:
+    def by_category(self) -> dict[str, Report]:
         groups: dict[str, Report] = {}
         for result in self.results:
             groups.setdefault(result.entry.category, Report()).results.append(result)

@@ -162,7 +162,9 @@ NOT_EMBEDDED = frozenset({"related alerts"})
 
 
 def embedded(section: Section) -> bool:
-    return section.is_runbook and section.heading != section.page and section.heading.lower() not in NOT_EMBEDDED
+    return (
+        section.is_runbook and section.heading != section.page and section.heading.lower() not in NOT_EMBEDDED
+    )
 
 
 def chunk_text(section: Section) -> str:
