@@ -39,6 +39,10 @@ DENSE_MIN_SCORE = 0.35
 DENSE_WEIGHT = 2.0
 HYBRID_MIN_SCORE = 1.25
 RRF_K = 60  # the usual constant of reciprocal rank fusion
+# An Xid/SXid number is an exact code: the embedding model does not know that Xid 79 is "fell off the
+# bus", and its closeness to every Xid-listing page outweighs BM25's match on the number. Questions
+# naming one rank by BM25 alone (hybrid still decides whether to answer).
+EXACT_CODE = re.compile(r"\bs?xid\s*\d+", re.IGNORECASE)
 SEARCH_DEPTH = 20
 # The sections whose steps an answer quotes, in order of preference, after the best matching one (the
 # alert runbooks say "What to do", the log-alert runbooks "Act").
@@ -185,7 +189,7 @@ def rank_files(hits: list[Hit], preferred: list[str]) -> list[tuple[str, Hit]]:
     second: dict[str, float] = {}
     for hit in hits:
         if hit is not best[hit.section.file] and hit.section.file not in second:
-            second[hit.section.file] = hit.score
+            second[hit.section.file] = hit.score if hit.second is None else hit.second
     ordered = sorted(
         best.items(), key=lambda item: -(item[1].score + SECOND_SECTION_WEIGHT * second.get(item[0], 0.0))
     )
@@ -282,8 +286,12 @@ class Answerer:
             # Rank fusion has no scale to decline on: the calibrated sum decides in both fusions.
             relevant = summed.max(initial=0.0) >= self.config.hybrid_min_score
             scores = rrf(lexical, cosine) if self.config.fusion == "rrf" else summed
+            if EXACT_CODE.search(words):
+                scores = lexical
         order = np.argsort(-scores, kind="stable")[:SEARCH_DEPTH]
-        return [Hit(sections[i], float(scores[i])) for i in order if scores[i] > 0], bool(relevant)
+        lexical_part = lexical if self.config.mode == "hybrid" else scores
+        hits = [Hit(sections[i], float(scores[i]), float(lexical_part[i])) for i in order if scores[i] > 0]
+        return hits, bool(relevant)
 
     def answer(self, question: str, live: bool = True) -> Answer:
         started = time.perf_counter()
@@ -380,7 +388,10 @@ class Answerer:
 
     # ------------------------------------------------------------------ declining
     def decline(self, question: str, hits: list[Hit], context: LiveContext) -> Answer:
-        ranked = [file for file, _ in rank_files(hits, [])]
+        # Closest by shared words: every section is at some cosine from any question, so "the capital
+        # of France" would otherwise list three runbooks as close.
+        worded = [h for h in hits if h.second is None or h.second > 0]
+        ranked = [file for file, _ in rank_files(worded, [])]
         runbooks_first = sorted(ranked, key=lambda f: "/runbooks/" not in f"/{f}")
         closest = runbooks_first[:MAX_FILES]
         nearest = (

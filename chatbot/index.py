@@ -154,6 +154,10 @@ def markdown_files(sources: Iterable[Path]) -> list[Path]:
 class Hit:
     section: Section
     score: float  # BM25, cosine or fused, by the search that made it
+    # What a page's second matching section adds to its rank (rank_files): the score itself, or in
+    # hybrid only its BM25 part (a cosine is far from 0 for every section, so with it a second section
+    # would favour long pages over the matching one: "Xid 79" ranked GPUXidUncorrectable first).
+    second: float | None = None
 
 
 # Sections not embedded: a runbook's lead text is its metadata line, and "Related alerts" names other

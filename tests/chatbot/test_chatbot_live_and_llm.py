@@ -124,12 +124,7 @@ def test_a_health_service_that_times_out_is_reported_as_timing_out(
 
 
 def llm_answerer(url: str, timeout_s: float = 5.0) -> Answerer:
-    # These tests are about the model's plumbing (passages, citations, fallbacks), not ranking: BM25
-    # alone keeps "Xid 79" -> GPUFellOffBus first (hybrid ranks it third; docs/chatbot.md, Evaluation).
-    config = ChatConfig(
-        repo_root=REPO_ROOT, mode="lexical", llm=LLMConfig(url, "test-model", "sk-test", timeout_s)
-    )
-    return Answerer(config)
+    return Answerer(ChatConfig(repo_root=REPO_ROOT, llm=LLMConfig(url, "test-model", "sk-test", timeout_s)))
 
 
 def test_model_answer_is_used_with_the_passages_it_cites(model: tuple[ModelBehaviour, str]) -> None:
