@@ -1,9 +1,11 @@
-"""The search index over the runbooks and docs: one entry per ``##`` section, BM25 (bm25s) ranked.
+"""The search index over the runbooks and docs: one entry per ``##`` section, BM25 (bm25s) ranked,
+and the runbook sections' embeddings (chatbot/embed.py) for dense retrieval.
 
 Built at start-up from the Markdown files and rebuilt when any of them changes (checked at most every
 ``recheck_s`` seconds, by file names, sizes and modification times), so the chatbot needs nothing else
-running and follows the docs as they are written. No model is fetched: tokens are lower-cased words,
-CamelCase alert names split into their words, with a light suffix stemmer.
+running and follows the docs as they are written. BM25 tokens are lower-cased words, CamelCase alert
+names split into their words, with a light suffix stemmer. Embeddings come from a model shipped in a
+PyPI package (nothing fetched) and are cached on disk per section text (:class:`VectorCache`).
 """
 
 from __future__ import annotations
