@@ -1,16 +1,17 @@
-"""Answer time of the runbook chatbot without a language model: p50/p95/p99/max over the question set.
+"""Answer time of the runbook chatbot without a language model: p50/p95/p99/max per question.
 
-Three ways, each printed as one line of figures:
+Each printed as one line of figures:
 
-- ``in-process``: the answer alone (retrieval and the extractive answer), runbooks only;
+- ``lexical`` / ``dense`` / ``hybrid``: the answer alone (retrieval in that mode and the extractive
+  answer), runbooks only, over the development question set (issue 26: p99 < 300 ms on 2 cores);
 - ``in-process+live``: with live context from real HTTP servers speaking the health, anomaly and
   log-search routes on loopback (the tests' stand-ins), for questions that name a node or a job;
 - ``http``: end to end through ``POST /v1/ask`` of a running service (``--url``), when given.
 
-    .venv/bin/python bench/chatbot_latency.py                  # ~10 s
+    .venv/bin/python bench/chatbot_latency.py                  # ~1 min on 2 busy cores
     .venv/bin/python bench/chatbot_latency.py --rounds 20 --url http://127.0.0.1:19142
 
-The target is p95 < 1 s without a language model (issue 12).
+The targets: p95 < 1 s without a language model (issue 12), p99 < 300 ms per mode (issue 26).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ sys.path[:0] = [str(REPO / "tests" / "chatbot"), str(REPO / "tests"), str(REPO)]
 
 from chatbot_helpers import anomaly_app, health_app, logs_app, psu_failure_state, serve_in_thread  # noqa: E402
 
-from chatbot.answer import Answerer, ChatConfig  # noqa: E402
+from chatbot.answer import MODES, Answerer, ChatConfig  # noqa: E402
 from chatbot.evaluate import load_questions  # noqa: E402
 from chatbot.live import LiveSources  # noqa: E402
 
@@ -65,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=10, help="passes over the question set")
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the question set")
     parser.add_argument("--url", help="a running chatbot service to measure over HTTP too")
     args = parser.parse_args()
 
@@ -77,7 +78,9 @@ def main() -> None:
         f"index: {len({s.file for s in index.sections})} files, {len(index.sections)} sections, "
         f"built in {(time.perf_counter() - started) * 1000:.0f} ms (answerer start-up included)"
     )
-    measure("in-process", questions, args.rounds, lambda q: answerer.answer(q, live=False))
+    for mode in MODES:
+        moded = Answerer(ChatConfig(repo_root=REPO, mode=mode))
+        measure(mode, questions, args.rounds, lambda q, a=moded: a.answer(q, live=False))
 
     state = psu_failure_state()
     with (

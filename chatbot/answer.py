@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .index import DocIndex, Hit, Section, default_sources, tokens
 from .live import LiveContext, LiveSources, find_jobs, find_nodes, gather
 from .llm import LLMConfig, LLMError, ask_llm
@@ -26,6 +28,22 @@ MAX_QUOTE_LINES = 14  # lines quoted from one section
 # or 200. Calibrated on chatbot/eval/questions.yaml (see docs/chatbot.md): out-of-scope questions
 # score up to about 0.55, in-scope ones from about 0.7 up.
 MIN_SCORE = 0.6
+# Retrieval modes: BM25 alone (exact tokens: Xid numbers, error strings, alert names), the embedding
+# model alone (a researcher's own words), or both fused (the default).
+MODES = ("lexical", "dense", "hybrid")
+FUSIONS = ("sum", "rrf")
+# Dense: the cosine of the question with the best runbook section below which it is out of scope.
+DENSE_MIN_SCORE = 0.35
+# Hybrid (score sum): BM25 in max-IDF units plus DENSE_WEIGHT times the cosine; decline below
+# HYBRID_MIN_SCORE. Both calibrated on chatbot/eval/questions.yaml only (docs/chatbot.md).
+DENSE_WEIGHT = 2.0
+HYBRID_MIN_SCORE = 1.25
+RRF_K = 60  # the usual constant of reciprocal rank fusion
+# An Xid/SXid number is an exact code: the embedding model does not know that Xid 79 is "fell off the
+# bus", and its closeness to every Xid-listing page outweighs BM25's match on the number. Questions
+# naming one rank by BM25 alone (hybrid still decides whether to answer).
+EXACT_CODE = re.compile(r"\bs?xid\s*\d+", re.IGNORECASE)
+SEARCH_DEPTH = 20
 # The sections whose steps an answer quotes, in order of preference, after the best matching one (the
 # alert runbooks say "What to do", the log-alert runbooks "Act").
 ACTION_SECTIONS = ("What to do", "Act", "How to confirm", "Confirm")
@@ -64,6 +82,16 @@ SYNONYMS = {token: words for key, words in SYMPTOMS.items() for token in tokens(
 # Runbooks are the answers; the other docs explain FleetSight itself and rank after them.
 DOC_WEIGHT = 0.75
 SECOND_SECTION_WEIGHT = 0.5
+
+
+def rrf(*scores: np.ndarray) -> np.ndarray:
+    """Reciprocal rank fusion of score vectors over the same sections (unmatched sections add nothing)."""
+    fused = np.zeros_like(scores[0])
+    for score in scores:
+        ranks = np.empty(len(score), dtype=np.int64)
+        ranks[np.argsort(-score, kind="stable")] = np.arange(1, len(score) + 1)
+        fused += np.where(score > 0, 1.0 / (RRF_K + ranks), 0.0).astype(fused.dtype)
+    return fused
 
 
 class QuestionError(ValueError):
@@ -128,6 +156,17 @@ class ChatConfig:
     live: LiveSources = field(default_factory=LiveSources)
     llm: LLMConfig | None = None
     min_score: float = MIN_SCORE
+    mode: str = "hybrid"
+    fusion: str = "sum"
+    dense_min_score: float = DENSE_MIN_SCORE
+    dense_weight: float = DENSE_WEIGHT
+    hybrid_min_score: float = HYBRID_MIN_SCORE
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion {self.fusion!r}: use one of {', '.join(FUSIONS)}")
 
     def source_paths(self) -> list[Path]:
         return list(self.sources) or default_sources(self.repo_root)
@@ -150,7 +189,7 @@ def rank_files(hits: list[Hit], preferred: list[str]) -> list[tuple[str, Hit]]:
     second: dict[str, float] = {}
     for hit in hits:
         if hit is not best[hit.section.file] and hit.section.file not in second:
-            second[hit.section.file] = hit.score
+            second[hit.section.file] = hit.score if hit.second is None else hit.second
     ordered = sorted(
         best.items(), key=lambda item: -(item[1].score + SECOND_SECTION_WEIGHT * second.get(item[0], 0.0))
     )
@@ -205,7 +244,7 @@ class Answerer:
 
     def __init__(self, config: ChatConfig) -> None:
         self.config = config
-        self.index = DocIndex(config.source_paths(), config.repo_root)
+        self.index = DocIndex(config.source_paths(), config.repo_root, dense=config.mode != "lexical")
 
     def check_question(self, question: str) -> str:
         question = question.strip()
@@ -221,29 +260,50 @@ class Answerer:
         return question
 
     def search(self, question: str) -> list[Hit]:
-        """The best sections for the question (symptoms expanded, node names and job ids left out: they
-        are not words of the runbooks), runbooks before the other docs."""
+        """The best sections for the question, best first (see :meth:`retrieve`)."""
+        return self.retrieve(question)[0]
+
+    def retrieve(self, question: str) -> tuple[list[Hit], bool]:
+        """The best sections for the question (node names and job ids left out: they are not words of
+        the runbooks) in the configured mode, runbooks before the other docs; and whether the best is
+        relevant enough to answer from (else: decline)."""
         words = question
         for name in [*find_nodes(question, self.config.live.node_pattern), *find_jobs(question)]:
             words = re.sub(rf"\b{re.escape(name)}\b", " ", words, flags=re.IGNORECASE)
-        hits = self.index.search(expand(words), k=20)
-        weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in hits]
-        return sorted(weighed, key=lambda h: -h.score)
-
-    def relevant(self, hits: list[Hit]) -> bool:
-        return bool(hits) and hits[0].score / self.index.max_idf >= self.config.min_score
+        if self.config.mode == "lexical":
+            found = self.index.search(expand(words), k=SEARCH_DEPTH)
+            weighed = [h if h.section.is_runbook else Hit(h.section, h.score * DOC_WEIGHT) for h in found]
+            hits = sorted(weighed, key=lambda h: -h.score)
+            return hits, bool(hits) and hits[0].score / self.index.max_idf >= self.config.min_score
+        sections = self.index.sections
+        cosine = self.index.similarities(words)
+        if self.config.mode == "dense":
+            scores, relevant = cosine, cosine.max(initial=0.0) >= self.config.dense_min_score
+        else:
+            lexical = self.index.scores(expand(words)) / self.index.max_idf
+            lexical *= np.array([1.0 if s.is_runbook else DOC_WEIGHT for s in sections], dtype=np.float32)
+            summed = lexical + self.config.dense_weight * cosine
+            # Rank fusion has no scale to decline on: the calibrated sum decides in both fusions.
+            relevant = summed.max(initial=0.0) >= self.config.hybrid_min_score
+            scores = rrf(lexical, cosine) if self.config.fusion == "rrf" else summed
+            if EXACT_CODE.search(words):
+                scores = lexical
+        order = np.argsort(-scores, kind="stable")[:SEARCH_DEPTH]
+        lexical_part = lexical if self.config.mode == "hybrid" else scores
+        hits = [Hit(sections[i], float(scores[i]), float(lexical_part[i])) for i in order if scores[i] > 0]
+        return hits, bool(relevant)
 
     def answer(self, question: str, live: bool = True) -> Answer:
         started = time.perf_counter()
         question = self.check_question(question)
         context = gather(question, self.config.live) if live else LiveContext()
-        hits = self.search(question)
-        if not self.relevant(hits) and context.evidence:
+        hits, relevant = self.retrieve(question)
+        if not relevant and context.evidence:
             # The words alone say too little ("n0007 lost a GPU"), but what the cluster reports about it
             # does (an Xid 79 in its log): search with both.
-            hits = self.search(" ".join([question, *(e.summary for e in context.evidence)]))
+            hits, relevant = self.retrieve(" ".join([question, *(e.summary for e in context.evidence)]))
         preferred = [r for r in context.runbooks if any(s.file == r for s in self.index.file_sections(r))]
-        if not self.relevant(hits) and not preferred:
+        if not relevant and not preferred:
             result = self.decline(question, hits, context)
         else:
             result = self.extractive(question, hits, preferred, context)
@@ -328,7 +388,10 @@ class Answerer:
 
     # ------------------------------------------------------------------ declining
     def decline(self, question: str, hits: list[Hit], context: LiveContext) -> Answer:
-        ranked = [file for file, _ in rank_files(hits, [])]
+        # Closest by shared words: every section is at some cosine from any question, so "the capital
+        # of France" would otherwise list three runbooks as close.
+        worded = [h for h in hits if h.second is None or h.second > 0]
+        ranked = [file for file, _ in rank_files(worded, [])]
         runbooks_first = sorted(ranked, key=lambda f: "/runbooks/" not in f"/{f}")
         closest = runbooks_first[:MAX_FILES]
         nearest = (

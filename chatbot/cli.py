@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from .answer import Answerer
+from .answer import FUSIONS, MODES, Answerer
 from .config import chat_config
-from .evaluate import QuestionSetError, evaluate, load_questions
+from .evaluate import OUT_OF_SCOPE, Entry, QuestionSetError, Report, evaluate, load_questions
 
 DEFAULT_LISTEN = "127.0.0.1:19142"
 DEFAULT_QUESTIONS = Path(__file__).resolve().parent / "eval" / "questions.yaml"
@@ -111,48 +112,110 @@ def serve(
     show_default=True,
     help="YAML list of {question, expect: [docs/runbooks/<Name>.md, ...]}; empty expect = out of scope.",
 )
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(MODES),
+    help="Retrieval mode(s) to score (repeatable); default: all three side by side.",
+)
+@click.option(
+    "--fusion",
+    type=click.Choice(FUSIONS),
+    default="sum",
+    show_default=True,
+    help="How hybrid fuses BM25 and the embeddings: calibrated score sum or reciprocal rank fusion.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option(
     "--show-failures/--no-failures", default=True, show_default=True, help="List the questions missed."
 )
 @docs_option
-def evaluate_command(questions: Path, as_json: bool, show_failures: bool, docs: tuple[Path, ...]) -> None:
-    """Score the chatbot on a question set: hit@1, hit@3, valid citations, out-of-scope declined.
+def evaluate_command(
+    questions: Path,
+    modes: tuple[str, ...],
+    fusion: str,
+    as_json: bool,
+    show_failures: bool,
+    docs: tuple[Path, ...],
+) -> None:
+    """Score the chatbot on a question set: hit@1, hit@3, valid citations, out-of-scope declined, for
+    lexical (BM25), dense (embeddings) and hybrid retrieval side by side, overall and per category.
 
     \b
     Examples:
       fleetsight chatbot evaluate
+      fleetsight chatbot evaluate --questions chatbot/eval/heldout.yaml --mode hybrid --fusion rrf
       fleetsight chatbot evaluate --questions chatbot/eval/questions.yaml --json
     """
     try:
         entries = load_questions(questions)
     except QuestionSetError as exc:
         raise click.ClickException(str(exc)) from exc
-    answerer = Answerer(chat_config(docs))
-    if not answerer.index.sections:
-        raise click.ClickException("no Markdown sections found in the docs: nothing to evaluate (see --docs)")
-    report = evaluate(answerer, entries)
-    summary = report.summary()
+    modes = modes or MODES
+    reports = {}
+    for mode in modes:
+        answerer = Answerer(replace(chat_config(docs), mode=mode, fusion=fusion))
+        if not answerer.index.sections:
+            raise click.ClickException(
+                "no Markdown sections found in the docs: nothing to evaluate (see --docs)"
+            )
+        reports[mode] = evaluate(answerer, entries)
+    main = "hybrid" if "hybrid" in reports else modes[0]
     if as_json:
-        out = dict(summary)
+        out = dict(reports[main].summary())
+        out["mode"] = main
+        out["fusion"] = fusion
+        out["modes"] = {mode: report.summary() for mode, report in reports.items()}
+        out["categories"] = {
+            mode: {name: part.summary() for name, part in report.by_category().items()}
+            for mode, report in reports.items()
+        }
         if show_failures:
-            out["failures"] = report.failures()
-            out["hit_at_1_misses"] = report.first_misses()
+            out["failures"] = reports[main].failures()
+            out["hit_at_1_misses"] = reports[main].first_misses()
         click.echo(json.dumps(out, indent=2))
         return
-    click.echo(
-        f"questions: {summary['questions']} ({summary['in_scope']} in scope, {summary['out_of_scope']} out)"
-    )
-    if summary["in_scope_missing_runbooks"]:
-        click.echo(f"  not scored (no expected runbook exists yet): {summary['in_scope_missing_runbooks']}")
-    for key in ("hit_at_1", "hit_at_3", "citations_valid", "out_of_scope_declined"):
-        value = summary[key]
-        click.echo(f"{key:24} {'n/a' if value is None else f'{value:.3f}'}")
-    click.echo(f"{'answer_ms_p50':24} {summary['answer_ms_p50']}")
+    print_table(reports, entries, fusion)
     if show_failures:
-        for failure in report.failures():
+        click.echo(f"\nmisses of {main}:")
+        for failure in reports[main].failures():
             click.echo(
                 f"  missed: {failure['question']!r} expect={failure['expect']} cited={failure['cited'][:3]}"
             )
-        for miss in report.first_misses():
+        for miss in reports[main].first_misses():
             click.echo(f"  not first: {miss['question']!r} expect={miss['expect']} cited={miss['cited']}")
+
+
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def print_table(reports: dict[str, Report], entries: list[Entry], fusion: str) -> None:
+    """Overall figures per mode side by side, then hit@1 / hit@3 (declined for out of scope) per category."""
+    modes = list(reports)
+    first = next(iter(reports.values())).summary()
+    click.echo(
+        f"questions: {first['questions']} ({first['in_scope']} in scope, {first['out_of_scope']} out); "
+        f"hybrid fusion: {fusion}"
+    )
+    if first["in_scope_missing_runbooks"]:
+        click.echo(f"  not scored (no expected runbook exists yet): {first['in_scope_missing_runbooks']}")
+    summaries = {mode: report.summary() for mode, report in reports.items()}
+    click.echo(f"{'':24}" + "".join(f"{mode:>10}" for mode in modes))
+    for key in ("hit_at_1", "hit_at_3", "citations_valid", "out_of_scope_declined", "answer_ms_p50"):
+        cells = [summaries[m][key] for m in modes]
+        shown = [f"{c:>10}" if key == "answer_ms_p50" else f"{_cell(c):>10}" for c in cells]
+        click.echo(f"{key:24}" + "".join(shown))
+    click.echo("\nper category (in scope: hit@1/hit@3; out of scope: declined)")
+    names = list(dict.fromkeys(e.category for e in entries))
+    for name in names:
+        cells = []
+        for mode in modes:
+            part = reports[mode].by_category()[name].summary()
+            if name == OUT_OF_SCOPE:
+                cells.append(f"{_cell(part['out_of_scope_declined']):>13}")
+            else:
+                cells.append(f"{_cell(part['hit_at_1'])}/{_cell(part['hit_at_3'])}".rjust(13))
+        count = sum(e.category == name for e in entries)
+        click.echo(f"  {name[:30] + f' ({count})':36}" + "".join(cells))

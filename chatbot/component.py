@@ -9,6 +9,8 @@ import sys
 from fleetsight.components import Component, http_ok, scrape_own_port
 from fleetsight.settings import Settings
 
+from .install import INSTALL_STEPS  # noqa: F401 - the runbooks are embedded by `fleetsight setup`
+
 
 def optional_url(settings: Settings, port_name: str) -> list[str]:
     try:

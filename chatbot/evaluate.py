@@ -8,6 +8,7 @@ when its file exists, has the section it names, and that section contains the qu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,20 +23,39 @@ class QuestionSetError(ValueError):
     """The question file is malformed; the message names the entry."""
 
 
+CATEGORY = re.compile(r"^#\s*---\s*(.*?)\s*-*\s*$")
+OUT_OF_SCOPE = "out of scope"
+
+
 @dataclass(frozen=True)
 class Entry:
     question: str
     expect: tuple[str, ...]
+    category: str = ""
+
+
+def categories(text: str) -> list[str]:
+    """The category of each entry, in order: the last ``# --- name ---`` comment above it."""
+    out, current = [], "questions"
+    for line in text.splitlines():
+        match = CATEGORY.match(line)
+        if match:
+            current = match.group(1) or current
+        elif line.lstrip().startswith("- question:"):
+            out.append(current)
+    return out
 
 
 def load_questions(path: Path) -> list[Entry]:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
     except (OSError, yaml.YAMLError) as exc:
         raise QuestionSetError(f"{path}: cannot read the question set: {exc}") from exc
     if not isinstance(raw, list) or not raw:
         raise QuestionSetError(f"{path}: expected a non-empty YAML list of {{question, expect}} entries")
     entries = []
+    named = categories(text)
     for number, item in enumerate(raw, 1):
         if (
             not isinstance(item, dict)
@@ -48,7 +68,10 @@ def load_questions(path: Path) -> list[Entry]:
             raise QuestionSetError(
                 f"{path}: entry {number} ('{item['question']}'): 'expect' must be a list of paths"
             )
-        entries.append(Entry(item["question"].strip(), tuple(expect)))
+        category = (
+            OUT_OF_SCOPE if not expect else (named[number - 1] if number <= len(named) else "questions")
+        )
+        entries.append(Entry(item["question"].strip(), tuple(expect), category))
     return entries
 
 
@@ -78,6 +101,12 @@ class Report:
 
     def _share(self, hits: int, total: int) -> float | None:
         return round(hits / total, 4) if total else None
+
+    def by_category(self) -> dict[str, Report]:
+        groups: dict[str, Report] = {}
+        for result in self.results:
+            groups.setdefault(result.entry.category, Report()).results.append(result)
+        return groups
 
     def summary(self) -> dict[str, Any]:
         scored = [r for r in self.results if r.in_scope and r.expected_present]

@@ -1,14 +1,18 @@
-"""The search index over the runbooks and docs: one entry per ``##`` section, BM25 (bm25s) ranked.
+"""The search index over the runbooks and docs: one entry per ``##`` section, BM25 (bm25s) ranked,
+and the runbook sections' embeddings (chatbot/embed.py) for dense retrieval.
 
 Built at start-up from the Markdown files and rebuilt when any of them changes (checked at most every
 ``recheck_s`` seconds, by file names, sizes and modification times), so the chatbot needs nothing else
-running and follows the docs as they are written. No model is fetched: tokens are lower-cased words,
-CamelCase alert names split into their words, with a light suffix stemmer.
+running and follows the docs as they are written. BM25 tokens are lower-cased words, CamelCase alert
+names split into their words, with a light suffix stemmer. Embeddings come from a model shipped in a
+PyPI package (nothing fetched) and are cached on disk per section text (:class:`VectorCache`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 import threading
 import time
@@ -18,6 +22,8 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
+
+from .embed import MODEL_ID, WEIGHTS_SHA256, shared_encoder
 
 log = logging.getLogger("chatbot.index")
 
@@ -149,14 +155,89 @@ def markdown_files(sources: Iterable[Path]) -> list[Path]:
 @dataclass(frozen=True)
 class Hit:
     section: Section
-    score: float  # BM25
+    score: float  # BM25, cosine or fused, by the search that made it
+    # What a page's second matching section adds to its rank (rank_files): the score itself, or in
+    # hybrid only its BM25 part (a cosine is far from 0 for every section, so with it a second section
+    # would favour long pages over the matching one: "Xid 79" ranked GPUXidUncorrectable first).
+    second: float | None = None
+
+
+# Sections not embedded: a runbook's lead text is its metadata line, and "Related alerts" names other
+# runbooks' symptoms, so both match questions about other pages.
+NOT_EMBEDDED = frozenset({"related alerts"})
+
+
+def embedded(section: Section) -> bool:
+    return (
+        section.is_runbook and section.heading != section.page and section.heading.lower() not in NOT_EMBEDDED
+    )
+
+
+def chunk_text(section: Section) -> str:
+    """What is embedded for a section: its page's name in words (GPUFellOffBus -> GPU Fell Off Bus),
+    its heading, then its text."""
+    title = " ".join(CAMEL.findall(section.page)) if " " not in section.page else section.page
+    return f"{title}. {section.heading}. {section.text}"
+
+
+def chunk_key(text: str) -> str:
+    return hashlib.sha256(f"{MODEL_ID}\0{WEIGHTS_SHA256}\0{text}".encode()).hexdigest()
+
+
+class VectorCache:
+    """Embeddings of the runbook chunks on disk, one file keyed by model, one row per chunk keyed by the
+    hash of (model, weights, chunk text): a changed runbook re-embeds only its changed sections, an
+    unchanged tree re-embeds nothing (a cold build is tens of seconds on 2 busy cores)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / f"embeddings-{WEIGHTS_SHA256[:16]}.npz"
+        self.encoded = 0  # chunks encoded by the last build (0: all came from the cache)
+        self.encoded_total = 0
+
+    def _load(self) -> dict[str, np.ndarray]:
+        try:
+            with np.load(self.path) as stored:
+                return dict(zip(stored["keys"].tolist(), stored["vectors"], strict=True))
+        except (OSError, ValueError, KeyError) as exc:
+            if self.path.exists():
+                log.warning("event=embedding_cache_unreadable path=%s error=%r", self.path, str(exc))
+            return {}
+
+    def vectors(self, texts: list[str]) -> np.ndarray:
+        keys = [chunk_key(t) for t in texts]
+        known = self._load()
+        missing = [i for i, k in enumerate(keys) if k not in known]
+        self.encoded = len(missing)
+        self.encoded_total += len(missing)
+        if missing:
+            fresh = shared_encoder().encode([texts[i] for i in missing])
+            known.update({keys[i]: fresh[row] for row, i in enumerate(missing)})
+            self._save({k: known[k] for k in keys})
+        return np.stack([known[k] for k in keys]) if keys else np.zeros((0, 384), dtype=np.float32)
+
+    def _save(self, rows: dict[str, np.ndarray]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(partial, keys=np.array(list(rows)), vectors=np.stack(list(rows.values())))
+        partial.replace(self.path)  # atomic: a concurrent reader sees the old file or the new one
 
 
 class DocIndex:
     """BM25 over sections, rebuilt when the files change. Thread-safe."""
 
-    def __init__(self, sources: list[Path], repo_root: Path, recheck_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        sources: list[Path],
+        repo_root: Path,
+        recheck_s: float = 2.0,
+        dense: bool = True,
+        cache_dir: Path | None = None,
+    ) -> None:
         self.sources = sources
+        self.dense = dense
+        self.vector_cache = VectorCache(cache_dir or repo_root / ".cache" / "chatbot")
+        self._vectors = np.zeros((0, 384), dtype=np.float32)
+        self._runbook_rows: list[int] = []
         self.repo_root = repo_root.resolve()
         self.recheck_s = recheck_s
         self.sections: list[Section] = []
@@ -224,7 +305,13 @@ class DocIndex:
             for token in set(doc):
                 frequency[token] = frequency.get(token, 0) + 1
         self._idf = {t: float(np.log(1 + (count - f + 0.5) / (f + 0.5))) for t, f in frequency.items()}
+        # Dense vectors for the runbook sections only: they are the answers; the other docs explain
+        # FleetSight itself and are found by their words.
+        rows = [i for i, s in enumerate(sections) if embedded(s)] if self.dense else []
+        vectors = self.vector_cache.vectors([chunk_text(sections[i]) for i in rows]) if rows else None
         self._vocab, self._bm25, self.sections, self._signature = vocab, bm25, sections, signature
+        self._runbook_rows = rows
+        self._vectors = vectors if vectors is not None else np.zeros((0, 384), dtype=np.float32)
         self.builds += 1
         self.build_seconds = time.perf_counter() - started
         log.info(
@@ -267,6 +354,29 @@ class DocIndex:
             for doc_id, score in zip(found[0], scores[0], strict=True)
             if score > 0
         ]
+
+    def scores(self, question: str) -> np.ndarray:
+        """BM25 of every section (0 where no word matches), in self.sections order."""
+        self.refresh()
+        with self._lock:
+            bm25, vocab, count = self._bm25, self._vocab, len(self.sections)
+        query = [t for t in tokens(question) if t in vocab]
+        if not count or not query or bm25 is None:
+            return np.zeros(count, dtype=np.float32)
+        found, scores = bm25.retrieve([[vocab[t] for t in query]], k=count, show_progress=False, n_threads=1)
+        out = np.zeros(count, dtype=np.float32)
+        out[found[0]] = scores[0]
+        return out
+
+    def similarities(self, question: str) -> np.ndarray:
+        """Cosine of the question with every section (0 for sections that are not embedded)."""
+        self.refresh()
+        with self._lock:
+            vectors, rows, count = self._vectors, self._runbook_rows, len(self.sections)
+        out = np.zeros(count, dtype=np.float32)
+        if rows:
+            out[rows] = vectors @ shared_encoder().encode([question])[0]
+        return out
 
     def section(self, file: str, heading: str) -> Section | None:
         with self._lock:

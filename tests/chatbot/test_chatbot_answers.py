@@ -123,14 +123,20 @@ def test_malformed_question_set_is_refused_naming_the_entry(tmp_path: Path) -> N
 
 
 def test_question_set_targets_on_the_runbooks_that_exist(answerer: Answerer) -> None:
-    """The invariants hold whatever runbooks exist; hit@3 is asserted over the questions whose expected
-    runbooks are already written (others are being written in parallel)."""
-    report = evaluate(answerer, load_questions(QUESTIONS))
+    """The invariants hold whatever runbooks exist. On the questions that use the runbooks' words (all
+    categories but "researchers' own words") hybrid keeps hit@3 >= 0.95 and is no worse than BM25 alone
+    at hit@1 (issue 26)."""
+    entries = load_questions(QUESTIONS)
+    report = evaluate(answerer, entries)
     summary = report.summary()
     assert summary["citations"] > 0 and summary["citations_valid"] == 1.0, report.failures()
     assert summary["out_of_scope_declined"] >= 0.9, report.failures()
     assert summary["in_scope_scored"] >= 20, summary
-    assert summary["hit_at_3"] >= 0.95, report.failures()
+    exact = [e for e in entries if e.expect and "own words" not in e.category]
+    hybrid = evaluate(answerer, exact).summary()
+    lexical = evaluate(Answerer(ChatConfig(repo_root=REPO_ROOT, mode="lexical")), exact).summary()
+    assert hybrid["hit_at_3"] >= 0.95, report.failures()
+    assert hybrid["hit_at_1"] >= lexical["hit_at_1"], (hybrid, lexical)
     for result in report.results:
         if result.in_scope and not result.answer.declined:
             assert result.answer.citations, result.entry.question
