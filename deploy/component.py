@@ -1,12 +1,12 @@
 """Deployment artefacts of FleetSight: the Helm chart (deploy/helm/fleetsight) and the tools its tests
-need, which ``fleetsight setup`` installs: helm, kube-apiserver, kube-controller-manager and kwok built
+need, which ``fleetsight setup`` installs: helm, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built
 from their Go modules (see :mod:`deploy.tools`), etcd from Debian. No supervised process of its own."""
 
 from __future__ import annotations
 
 from fleetsight.setup import apt_step
 
-from .tools import HELM, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBERNETES_VERSION, KWOK
+from .tools import HELM, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBERNETES_VERSION, KWOK
 
 NEEDED_BY = "the Helm chart's tests and the health service's Kubernetes sync tests (tests/deploy)"
 
@@ -28,6 +28,12 @@ INSTALL_STEPS = [
         f"kube-controller-manager {KUBERNETES_VERSION} (DaemonSet and taint-eviction controllers)",
         NEEDED_BY,
         "~2-4 min cold after kube-apiserver (shared packages)",
+    ),
+    KUBE_SCHEDULER.install_step(
+        "kube-scheduler",
+        f"kube-scheduler {KUBERNETES_VERSION}: places the DaemonSet's pods (the controller no longer does)",
+        NEEDED_BY,
+        "~1-2 min cold after kube-apiserver (shared packages)",
     ),
     KWOK.install_step(
         "kwok", f"kwok {KWOK.module_version}: simulated kubelets for the test nodes", NEEDED_BY, "~2 min cold"

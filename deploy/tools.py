@@ -1,5 +1,5 @@
 """The Kubernetes tools that ``fleetsight setup`` builds from Go modules for the chart's tests: helm,
-kube-apiserver, kube-controller-manager and kwok (simulated kubelets).
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok (simulated kubelets).
 
 helm and kwok build like Thanos (:class:`fleetsight.gobuild.GoModuleBuild`); they only stamp their version
 elsewhere and report it with another command. ``go install k8s.io/kubernetes/cmd/...@v1.31.4`` is refused
@@ -170,3 +170,4 @@ KWOK = ToolBuild(
 )
 KUBE_APISERVER = kube_build("kube-apiserver")
 KUBE_CONTROLLER_MANAGER = kube_build("kube-controller-manager")
+KUBE_SCHEDULER = kube_build("kube-scheduler")
