@@ -1,6 +1,7 @@
 """Deployment artefacts of FleetSight: the Helm chart (deploy/helm/fleetsight) and the tools its tests
-need, which ``fleetsight setup`` installs: helm, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built
-from their Go modules (see :mod:`deploy.tools`), etcd from Debian. No supervised process of its own."""
+need, which ``fleetsight setup`` installs: helm, kube-apiserver, kube-controller-manager, kube-scheduler
+and kwok built from their Go modules (see :mod:`deploy.tools`), etcd from Debian. No supervised process
+of its own."""
 
 from __future__ import annotations
 
