@@ -57,7 +57,7 @@ class ToolBuild(GoModuleBuild):
     def build_in(self, tree: Path, settings: Settings, log: Path) -> None:
         """Build self.package inside tree into the binary's place (through a per-process partial file)."""
         partial = settings.bin_dir / f"{self.binary_name}.partial-{os.getpid()}"
-        command = ["go", "build", "-trimpath", "-ldflags", self.ldflags(), "-o", partial, self.package]
+        command = ["go", "build", "-ldflags", self.ldflags(), "-o", partial, self.package]
         try:
             run_logged(command, log, cwd=tree, env=go_env())
             self.stamp_file(settings).unlink(missing_ok=True)
@@ -156,7 +156,15 @@ HELM = ToolBuild(
     tags="",
     release=HELM_VERSION,
     branch="",
-    version_vars=(f"helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
+    stamp_detail="k8s-1.31",  # the Kubernetes version helm assumes offline (template, lint)
+    version_vars=(
+        f"helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        # as helm's Makefile does from its client-go (v0.31): without them helm assumes Kubernetes 1.20
+        "helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+        "helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=31",
+        "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+        "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=31",
+    ),
     version_args=("version", "--short"),
 )
 KWOK = ToolBuild(

@@ -8,7 +8,8 @@ Per node the service knows, ``fleetsight health kubernetes-sync`` sets:
 - the label ``fleetsight.io/health=<state>``;
 - for a node on the drain list (the engine's decision, so the circuit breaker holds here as on Slurm):
   by policy a cordon (``spec.unschedulable``) and the taint ``fleetsight.io/unhealthy`` with effect
-  ``NoSchedule``, and ``NoExecute`` only for the states the policy names (it evicts running pods).
+  ``NoSchedule``, and ``NoExecute`` only where the policy's ``no_execute_for`` names the effect of one of
+  the node's reasons (``repair``: the hardware is broken; NoExecute evicts the pods running there).
 
 What FleetSight set is recorded on the node itself (annotations ``fleetsight.io/cordoned`` and
 ``fleetsight.io/taints``), so a restarted sync never forgets it and only ever undoes that: a node an
@@ -66,11 +67,13 @@ class KubePolicy:
 
     cordon: bool = True
     taint: bool = True  # fleetsight.io/unhealthy:NoSchedule
-    no_execute_states: tuple[str, ...] = ()  # e.g. ("repair",): these also get NoExecute
+    no_execute_for: tuple[str, ...] = ()  # signal effects, e.g. ("repair",): these also get NoExecute
 
-    def effects(self, state: str) -> list[str]:
+    def effects(self, item: dict[str, Any]) -> list[str]:
+        """The taint effects a drained node gets, from the effects of its reasons."""
         wanted = ["NoSchedule"] if self.taint else []
-        return wanted + (["NoExecute"] if state in self.no_execute_states else [])
+        reasons = {r.get("effect") for r in item.get("reasons", [])}
+        return wanted + (["NoExecute"] if reasons & set(self.no_execute_for) else [])
 
 
 def kube_policy(raw: Any) -> KubePolicy:
@@ -82,9 +85,9 @@ def kube_policy(raw: Any) -> KubePolicy:
     if unknown:
         raise ValueError(f"kubernetes: unknown key(s) {', '.join(sorted(unknown))}")
     states = block.get("no_execute_for", [])
-    allowed = ("unhealthy", "draining", "drained", "repair")
+    allowed = ("unhealthy", "repair")
     if not isinstance(states, list) or not all(s in allowed for s in states):
-        raise ValueError(f"kubernetes.no_execute_for: a list of states among {', '.join(allowed)}")
+        raise ValueError(f"kubernetes.no_execute_for: a list of signal effects among {', '.join(allowed)}")
     for key in ("cordon", "taint"):
         if not isinstance(block.get(key, True), bool):
             raise ValueError(f"kubernetes.{key}: true or false")
@@ -238,10 +241,11 @@ def condition_for(item: dict[str, Any]) -> dict[str, str]:
 
 
 def node_patch(
-    node: dict[str, Any], state: str, drain: bool, policy: KubePolicy
+    node: dict[str, Any], item: dict[str, Any], drain: bool, policy: KubePolicy
 ) -> tuple[dict[str, Any], list[str]]:
     """The merge patch (labels, annotations, cordon, taints) that brings node to what FleetSight wants,
     and what it does in words; ({}, []) when nothing is to change."""
+    state = item["state"]
     meta, spec = node["metadata"], node.get("spec") or {}
     annotations = meta.get("annotations") or {}
     ours_cordoned = annotations.get(CORDONED) == "true"
@@ -264,7 +268,7 @@ def node_patch(
             patch_spec["unschedulable"] = False
             actions.append("uncordon (FleetSight's cordon)")
         new_annotations[CORDONED] = None
-    wanted = policy.effects(state) if drain else []
+    wanted = policy.effects(item) if drain else []
     keep = [t for t in taints if not (t.get("key") == TAINT_KEY and t.get("effect") in ours_effects)]
     present = {t.get("effect") for t in taints if t.get("key") == TAINT_KEY}
     add = [e for e in wanted if e not in present or e in ours_effects]
@@ -333,7 +337,7 @@ def sync_node(
 ) -> list[str]:
     name = node["metadata"]["name"]
     for _ in range(CONFLICT_RETRIES):
-        patch, actions = node_patch(node, item["state"], drain, policy)
+        patch, actions = node_patch(node, item, drain, policy)
         condition = status_patch(node, condition_for(item))
         if condition is not None:
             actions = [*actions, f"condition {CONDITION}={condition['status']['conditions'][0]['status']}"]

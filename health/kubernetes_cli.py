@@ -55,8 +55,9 @@ def kubernetes_sync(
 ) -> None:
     """Apply the health state to Kubernetes nodes: condition FleetSightGPUHealthy, label
     fleetsight.io/health, and for drained nodes a cordon and the taint fleetsight.io/unhealthy (NoSchedule;
-    NoExecute only for the states the policy's kubernetes.no_execute_for lists). Only what FleetSight set
-    (annotations fleetsight.io/cordoned, fleetsight.io/taints) is ever undone: an operator's cordon stays.
+    NoExecute only where the policy's kubernetes.no_execute_for names the effect of one of the node's
+    reasons, e.g. repair). Only what FleetSight set (annotations fleetsight.io/cordoned,
+    fleetsight.io/taints) is ever undone: an operator's cordon stays.
 
     \b
     Examples:
