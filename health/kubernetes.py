@@ -29,6 +29,7 @@ import base64
 import datetime as dt
 import logging
 import os
+import ssl
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -113,7 +114,9 @@ class KubeAPI:
         self.client = httpx.Client(
             base_url=self.url.rstrip("/"),
             headers={"Authorization": f"Bearer {self.token}"},
-            verify=self.verify,
+            verify=ssl.create_default_context(cafile=self.verify)
+            if isinstance(self.verify, str)
+            else self.verify,
             timeout=self.timeout,
         )
 
@@ -273,13 +276,15 @@ def node_patch(
     present = {t.get("effect") for t in taints if t.get("key") == TAINT_KEY}
     add = [e for e in wanted if e not in present or e in ours_effects]
     ours = [e for e in wanted if e in add]
-    new_taints = keep + [{"key": TAINT_KEY, "value": state, "effect": e, "timeAdded": now_iso()} for e in add]
-    for taint in new_taints:  # an unchanged taint keeps its timeAdded
-        old = next(
-            (t for t in taints if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]), None
+    fresh = []
+    for effect in add:  # an unchanged taint of ours is kept as it is (its timeAdded too)
+        old = [
+            t for t in taints if (t.get("key"), t.get("value"), t.get("effect")) == (TAINT_KEY, state, effect)
+        ]
+        fresh.append(
+            old[0] if old else {"key": TAINT_KEY, "value": state, "effect": effect, "timeAdded": now_iso()}
         )
-        if old is not None and old.get("value") == taint.get("value"):
-            taint["timeAdded"] = old.get("timeAdded", taint["timeAdded"])
+    new_taints = keep + fresh
     if _taint_set(new_taints) != _taint_set(taints):
         patch_spec["taints"] = new_taints
         gone = sorted(_taint_set(taints) - _taint_set(new_taints))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,11 +124,15 @@ class Cluster:
             ],
         )
         self.ca = certs / "apiserver.crt"
-        wait_until(self.ca.exists, timeout=60, what="kube-apiserver's self-signed certificate")
+        wait_until(
+            lambda: self.ca.exists() and b"END CERTIFICATE" in self.ca.read_bytes(),
+            timeout=60,
+            what="kube-apiserver's self-signed certificate",
+        )
         self.client = httpx.Client(
             base_url=self.server,
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            verify=str(self.ca),
+            verify=ssl.create_default_context(cafile=str(self.ca)),
             timeout=10,
         )
         wait_until(self.ready, timeout=90, what="kube-apiserver /readyz")
