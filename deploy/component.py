@@ -5,9 +5,17 @@ of its own."""
 
 from __future__ import annotations
 
-from fleetsight.setup import apt_step
+from fleetsight.setup import InstallStep, apt_step
 
-from .tools import HELM, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBERNETES_VERSION, KWOK
+from .tools import (
+    HELM,
+    KUBE_APISERVER,
+    KUBE_CONTROLLER_MANAGER,
+    KUBE_SCHEDULER,
+    KUBERNETES_VERSION,
+    KWOK,
+    OPERATOR_CRDS_STEP,
+)
 
 NEEDED_BY = "the Helm chart's tests and the health service's Kubernetes sync tests (tests/deploy)"
 
@@ -38,5 +46,13 @@ INSTALL_STEPS = [
     ),
     KWOK.install_step(
         "kwok", f"kwok {KWOK.module_version}: simulated kubelets for the test nodes", NEEDED_BY, "~2 min cold"
+    ),
+    InstallStep(
+        name="prometheus-operator-crds",
+        description="prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), Go module",
+        needed_by="tests/deploy: the chart's operator objects installed on the test API server",
+        check=OPERATOR_CRDS_STEP.present,
+        install=OPERATOR_CRDS_STEP.install,
+        eta="~10 s (module download)",
     ),
 ]

@@ -179,3 +179,53 @@ KWOK = ToolBuild(
 KUBE_APISERVER = kube_build("kube-apiserver")
 KUBE_CONTROLLER_MANAGER = kube_build("kube-controller-manager")
 KUBE_SCHEDULER = kube_build("kube-scheduler")
+
+
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+OPERATOR_CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
+
+
+@dataclass(frozen=True)
+class OperatorCrds:
+    """prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), taken from its Go module's
+    example/prometheus-operator-crd folder: the test API server learns them, and validates the chart's
+    operator objects against their OpenAPI schemas as a real cluster would."""
+
+    module: str = "github.com/prometheus-operator/prometheus-operator"
+    version: str = PROMETHEUS_OPERATOR_VERSION
+
+    def folder(self, settings: Settings) -> Path:
+        return settings.cache_dir / "crds" / f"prometheus-operator-{self.version}"
+
+    def files(self, settings: Settings) -> list[Path]:
+        return [self.folder(settings) / f"monitoring.coreos.com_{name}.yaml" for name in OPERATOR_CRDS]
+
+    def present(self, settings: Settings) -> bool:
+        return all(path.is_file() for path in self.files(settings))
+
+    def install(self, settings: Settings, log: Path) -> None:
+        if shutil.which("go") is None:
+            raise InstallError("the Go toolchain is not on PATH: it downloads prometheus-operator's module")
+        build = GoModuleBuild(
+            binary_name="",
+            module=self.module,
+            module_version=self.version,
+            package="",
+            tags="",
+            release="",
+            branch="",
+        )
+        source = build.download_source(log) / "example" / "prometheus-operator-crd"
+        target = self.folder(settings)
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for path in self.files(settings):
+            if not (source / path.name).is_file():
+                raise InstallError(f"{self.module}@{self.version} has no {path.name} under {source}")
+            shutil.copyfile(source / path.name, partial / path.name)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(partial, target)
+
+
+OPERATOR_CRDS_STEP = OperatorCrds()

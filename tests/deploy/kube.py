@@ -155,8 +155,6 @@ class Cluster:
                 f"--service-account-private-key-file={key}",
                 f"--root-ca-file={self.ca}",
                 "--use-service-account-credentials=false",
-                # test-sized: a NotReady node is noticed in seconds, not minutes
-                "--node-monitor-grace-period=20s",
                 "--concurrent-gc-syncs=2",
             ],
         )
@@ -242,6 +240,26 @@ class Cluster:
     def node_ready(self, name: str) -> bool:
         conditions = self.node(name).get("status", {}).get("conditions") or []
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    def install_crds(self, files: list[Path]) -> list[str]:
+        """Create CustomResourceDefinitions and wait until the API server serves them."""
+        names = []
+        for path in files:
+            crd = yaml.safe_load(path.read_text())
+            self.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            names.append(crd["metadata"]["name"])
+        for name in names:
+            wait_until(
+                lambda n=name: any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+                    .get("status", {})
+                    .get("conditions", [])
+                ),
+                timeout=30,
+                what=f"CRD {name} established",
+            )
+        return names
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
         """A kubeconfig holding a token of a ServiceAccount (TokenRequest API): the rights its RBAC gives."""

@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kube import CPU_NODES, GPU_NODES, NAMESPACE, RELEASE, Cluster, helm
+from kube import CHART, CPU_NODES, GPU_NODES, NAMESPACE, RELEASE, Cluster, helm
 
+from deploy.tools import OPERATOR_CRDS_STEP
+from fleetsight.settings import Settings
 from health.kubernetes import KubernetesError, from_kubeconfig
-from support import wait_until
+from support import REPO_ROOT, wait_until
 
+FULL = Path(__file__).with_name("full-values.yaml")
 AGENT = f"{RELEASE}-fleetsight-node-agent"
 HEALTH = f"{RELEASE}-fleetsight-health"
 
@@ -29,14 +32,14 @@ def test_helm_install_deploys_the_release(release: Cluster) -> None:
 
 def test_the_node_agent_runs_on_every_gpu_node_and_nowhere_else(release: Cluster) -> None:
     path = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{AGENT}"
-    wait_until(
-        lambda: (
-            (s := release.get(path).get("status", {})).get("desiredNumberScheduled") == len(GPU_NODES)
-            and s.get("numberReady") == len(GPU_NODES)
-        ),
-        timeout=60,
-        what="the node agent ready on both GPU nodes",
-    )
+
+    def placed() -> bool:
+        status = release.get(path).get("status", {})
+        return status.get("desiredNumberScheduled") == len(GPU_NODES) and status.get("numberReady") == len(
+            GPU_NODES
+        )
+
+    wait_until(placed, timeout=60, what="the node agent ready on both GPU nodes")
     pods = release.get(
         f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component%3Dnode-agent"
     )["items"]
@@ -70,3 +73,29 @@ def test_the_health_service_account_may_patch_nodes_and_nothing_else(
             assert getattr(refused.value, "status", 0) == 403, (method, path, str(refused.value))
     finally:
         api.close()
+
+
+def test_every_part_installs_with_the_operators_crds(release: Cluster) -> None:
+    """Every part on, operator objects included: the API server validates each object, the
+    ServiceMonitors, PodMonitors and PrometheusRules against prometheus-operator's CRD schemas."""
+    settings = Settings()
+    if not OPERATOR_CRDS_STEP.present(settings):
+        pytest.fail(
+            "prometheus-operator's CRDs are missing: run `fleetsight setup` (step prometheus-operator-crds)"
+        )
+    release.install_crds(OPERATOR_CRDS_STEP.files(settings))
+    helm("install", "full", str(CHART), "--namespace", "full", "--create-namespace",
+         "-f", str(FULL), cluster=release)  # fmt: skip
+    group = "/apis/monitoring.coreos.com/v1/namespaces/full"
+    rules = release.get(f"{group}/prometheusrules")["items"]
+    assert len(rules) == len(list((REPO_ROOT / "rules").glob("*.yml")))
+    assert sorted(m["metadata"]["name"] for m in release.get(f"{group}/podmonitors")["items"]) == [
+        "full-fleetsight-dcgm-exporter", "full-fleetsight-node-agent"
+    ]  # fmt: skip
+    assert len(release.get(f"{group}/servicemonitors")["items"]) == 4
+    path = "/apis/apps/v1/namespaces/full/daemonsets/full-fleetsight-dcgm-exporter"
+    wait_until(
+        lambda: release.get(path).get("status", {}).get("desiredNumberScheduled") == len(GPU_NODES),
+        timeout=30,
+        what="dcgm-exporter scheduled on the GPU nodes",
+    )
