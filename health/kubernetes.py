@@ -30,7 +30,6 @@ import datetime as dt
 import logging
 import os
 import ssl
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +105,7 @@ class KubeAPI:
 
     url: str
     token: str
-    verify: str | bool = True
+    verify: str | bool | ssl.SSLContext = True  # a CA file, a context, or False (insecure-skip-tls-verify)
     timeout: float = 10.0
     client: httpx.Client = field(init=False)
 
@@ -167,16 +166,14 @@ def from_kubeconfig(path: Path) -> KubeAPI:
         raise KubernetesError(
             f"{path}: the current user has no token (client certificates are not supported)"
         )
-    verify: str | bool = True
+    verify: str | bool | ssl.SSLContext = True
     if cluster.get("insecure-skip-tls-verify"):
         verify = False
     elif "certificate-authority" in cluster:
         verify = cluster["certificate-authority"]
     elif "certificate-authority-data" in cluster:
-        ca = tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False)  # noqa: SIM115 -- kept for httpx
-        ca.write(base64.b64decode(cluster["certificate-authority-data"]))
-        ca.close()
-        verify = ca.name
+        pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        verify = ssl.create_default_context(cadata=pem)
     return KubeAPI(cluster["server"], token, verify)
 
 

@@ -7,6 +7,7 @@ A module of its own (not conftest.py), as tests/health/health_helpers.py is."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import ssl
@@ -54,10 +55,12 @@ def tool(name: str) -> Path:
 
 
 def kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> Path:
+    data = base64.b64encode(ca.read_bytes()).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        # the CA inline, as kubeconfigs handed out usually carry it (helm and the sync both read it)
+        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority-data": data}}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "test", "context": {"cluster": "test", "user": user}}],
         "current-context": "test",
