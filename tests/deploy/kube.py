@@ -66,6 +66,7 @@ def kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> Path
         "current-context": "test",
     }
     path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)  # it holds a token (and helm warns otherwise)
     return path
 
 

@@ -99,3 +99,16 @@ def test_every_part_installs_with_the_operators_crds(release: Cluster) -> None:
         timeout=30,
         what="dcgm-exporter scheduled on the GPU nodes",
     )
+
+
+def test_upgrade_and_uninstall(release: Cluster) -> None:
+    """The docs' upgrade and uninstall commands, on the full release installed above."""
+    upgrade = ["upgrade", "full", str(CHART), "--namespace", "full", "--reuse-values"]
+    helm(*upgrade, "--set", "anomaly.replicas=2", cluster=release)
+    deployment = release.get("/apis/apps/v1/namespaces/full/deployments/full-fleetsight-anomaly")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    helm("uninstall", "full", "--namespace", "full", cluster=release)
+    role = release.api("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/full-fleetsight-health")
+    assert role.status_code == 404
+    assert release.get("/apis/monitoring.coreos.com/v1/namespaces/full/prometheusrules")["items"] == []
