@@ -112,3 +112,5 @@ def test_upgrade_and_uninstall(release: Cluster) -> None:
     role = release.api("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/full-fleetsight-health")
     assert role.status_code == 404
     assert release.get("/apis/monitoring.coreos.com/v1/namespaces/full/prometheusrules")["items"] == []
+    # the health state's claim outlives the release (helm.sh/resource-policy: keep)
+    assert release.get("/api/v1/namespaces/full/persistentvolumeclaims/full-fleetsight-health")
