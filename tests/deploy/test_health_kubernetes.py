@@ -60,11 +60,11 @@ def setup(
         process.stop()
 
 
-def sync(setup: dict[str, Any]) -> dict[str, list[str]]:
+def sync(setup: dict[str, Any], *extra: str) -> dict[str, list[str]]:
     """One round of `fleetsight health kubernetes-sync` as the health ServiceAccount: node -> actions."""
     command = [
         sys.executable, "-m", "fleetsight.cli", "health", "kubernetes-sync", "--url", setup["url"],
-        "--policy", str(setup["policy"]), "--kubeconfig", str(setup["kubeconfig"]), "--json",
+        "--policy", str(setup["policy"]), "--kubeconfig", str(setup["kubeconfig"]), "--json", *extra,
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -91,7 +91,10 @@ def test_a_failing_node_gets_condition_label_cordon_and_taint(
     cluster: Cluster = setup["cluster"]
     post_alert(alertmanager, "GPUXidUncorrectable", "k02", gpu="1", xid="79")
     wait_state(setup["url"], "k02", "draining")
+    planned = sync(setup, "--dry-run")
+    assert "cordon" in planned["k02"] and not cluster.node("k02")["spec"].get("unschedulable")
     changes = sync(setup)
+    assert changes["k02"] == planned["k02"]
     assert changes["k02"][:2] == ["label fleetsight.io/health=draining", "cordon"]
     node = cluster.node("k02")
     assert node["spec"]["unschedulable"] is True
