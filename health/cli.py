@@ -80,6 +80,11 @@ def cli() -> None:
 )
 @click.option("--cluster", default="", help="Cluster name for metrics and the breaker alert.")
 @click.option(
+    "--kubernetes-nodes",
+    is_flag=True,
+    help="Take the inventory from the Kubernetes Nodes API too ($KUBECONFIG or the pod's ServiceAccount).",
+)
+@click.option(
     "--breaker-alert/--no-breaker-alert",
     default=True,
     show_default=True,
@@ -106,6 +111,7 @@ def serve(
     cluster: str,
     breaker_alert: bool,
     discovery_ports: tuple[str, ...],
+    kubernetes_nodes: bool = False,
 ) -> None:
     """Run the health service: refresh from the sources in the background, answer the REST API.
 
@@ -133,7 +139,15 @@ def serve(
         raise click.ClickException(str(exc)) from exc
     settings = Settings()
     host, _, port = (listen or f"127.0.0.1:{settings.port('health')}").rpartition(":")
-    sources = Sources(
+    source_class, source_extra = Sources, {}
+    if kubernetes_nodes:
+        from .kubernetes import KubernetesError, KubernetesSources, connect
+
+        try:
+            source_class, source_extra = KubernetesSources, {"api": connect(None)}
+        except KubernetesError as exc:
+            raise click.ClickException(str(exc)) from exc
+    sources = source_class(
         policy,
         alertmanager_url,
         prometheus_url,
@@ -142,6 +156,7 @@ def serve(
         scheduler_token=os.environ.get("SLURM_JWT"),  # slurmrestd's rest_auth/jwt over TCP
         scheduler_socket=scheduler_socket,
         static_nodes=nodes_from_file(nodes_file),
+        **source_extra,
     )
     service = HealthService(
         policy,
@@ -343,3 +358,6 @@ def slurm_local(folder: Path, node_list: str, port: int | None) -> None:
         pass
     finally:
         slurm.stop()
+
+
+from . import kubernetes_cli  # noqa: E402,F401  (registers `kubernetes-sync` on this group)
