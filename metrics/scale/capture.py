@@ -150,3 +150,21 @@ def capture(work: Path, scenario: Path = SCENARIO) -> Capture:
              "--ufm-telemetry-url", f"{url}/ufm/csv/metrics"]
         )  # fmt: skip
     return Capture(dcgm, agent, fabric, node_exporter_text(work), nodes)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Run the twin's small cluster and save every exporter's exposition (the load source's "
+        "templates, the series budget's input).",
+        epilog="Example: python -m metrics.scale.capture /tmp/cap",
+    )
+    parser.add_argument("folder", type=Path, help="where to save the expositions")
+    args = parser.parse_args(argv)
+    capture(args.folder / "work").save(args.folder)
+    print(f"capture: saved in {args.folder}")
+
+
+if __name__ == "__main__":
+    main()
