@@ -211,7 +211,6 @@ def measure(stack: Stack, window: float, warmup: float) -> dict[str, Any]:
     up = "count(up == 1)"
     stack.wait(lambda: sum(stack.query_prom(i, up) or 0 for i in range(stack.shards)) >= targets,
                300, f"{targets} targets up")  # fmt: skip
-    began = time.monotonic()
     time.sleep(warmup)
     pids = stack.prometheus_pids()
     cpu0 = [cpu_seconds(p) for p in pids]
@@ -236,17 +235,8 @@ def measure(stack: Stack, window: float, warmup: float) -> dict[str, Any]:
         }
         for i in range(stack.shards)
     ]
-    blocks = []
-    for i in range(stack.shards):
-        ingest_s = time.monotonic() - began + 30  # the head holds data since the targets came up
-        name = httpx.post(
-            f"http://127.0.0.1:{stack.prom_ports[i]}/api/v1/admin/tsdb/snapshot", timeout=300
-        ).json()
-        snap = stack.data[i] / "snapshots" / name["data"]["name"]
-        blocks.append(du(snap) * 3600 / ingest_s)
-        shutil.rmtree(snap, ignore_errors=True)
-    for shard, block in zip(per_shard, blocks, strict=True):
-        shard["block_per_h"] = block
+    for i, shard in enumerate(per_shard):
+        shard.update(block_cost(stack, i, shard["samples_per_s"]))
     latencies = query_latencies(stack.query_port)
     return {
         "nodes": stack.nodes,
@@ -256,6 +246,28 @@ def measure(stack: Stack, window: float, warmup: float) -> dict[str, Any]:
         "query_cpu": (cpu_seconds(stack.query.pid) - q0) / elapsed,
         "queries": latencies,
         "load_average": load_average(),
+    }
+
+
+def block_cost(stack: Stack, index: int, samples_per_s: float) -> dict[str, float]:
+    """What a 2-hour block of this shard will cost, from a snapshot of its head (written as a block):
+    chunk bytes per sample (from the block's own sample count) x samples per hour, plus the index,
+    which grows with series, not time. Minutes of head hold partly filled chunks: the bytes per sample
+    are an upper bound of what full 120-sample chunks reach."""
+    url = f"http://127.0.0.1:{stack.prom_ports[index]}/api/v1/admin/tsdb/snapshot"
+    name = httpx.post(url, timeout=300).json()["data"]["name"]
+    snap = stack.data[index] / "snapshots" / name
+    chunks = index_bytes = samples = 0
+    for meta in snap.glob("*/meta.json"):
+        samples += json.loads(meta.read_text())["stats"]["numSamples"]
+        chunks += du(meta.parent / "chunks")
+        index_bytes += (meta.parent / "index").stat().st_size
+    shutil.rmtree(snap, ignore_errors=True)
+    per_sample = chunks / samples if samples else float("nan")
+    return {
+        "bytes_per_sample": per_sample,
+        "index_bytes": index_bytes,
+        "block_per_h": samples_per_s * 3600 * per_sample + index_bytes / 2,  # one index per 2-hour block
     }
 
 
@@ -291,6 +303,7 @@ def row(point: dict[str, Any]) -> dict[str, float]:
         "CPU cores": total(point, "cpu"),
         "WAL GiB/h": total(point, "wal_per_h") / 2**30,
         "block GiB/h": total(point, "block_per_h") / 2**30,
+        "B/sample": statistics.mean(s["bytes_per_sample"] for s in point["per_shard"]),
         "rules sum s": total(point, "rules_sum_s"),
         "rules max s": max(s["rules_max_s"] for s in point["per_shard"]),
         "query p50 s": statistics.median(v["p50"] for v in q.values()),
