@@ -56,7 +56,8 @@ JOBS = ("dcgm", "fleetsight-node", "fleetsight-fabric", "node")
 SERIES_PER_NODE = 1850  # the series budget's measured sum, for the memory check before a point
 MEMORY_PER_SERIES = 6_000  # bytes, before a point measured it; then the last point's RSS per series
 MEMORY_RESERVE = 3 * 2**30  # left to the other work on this shared machine
-QUERY_REPEATS = 7
+QUERY_REPEATS = 5
+QUERY_TIMEOUT_S = 60.0
 RANGE = "5m"  # the KPI queries' $__range: the window this bench has history for
 DASHBOARD_QUERIES = {
     "fleet-health: exporters up": "sum by (job) (up)",
@@ -272,19 +273,24 @@ def block_cost(stack: Stack, index: int, samples_per_s: float) -> dict[str, floa
 
 
 def query_latencies(port: int) -> dict[str, dict[str, float]]:
+    """p50 and slowest of QUERY_REPEATS runs per query; a query that does not answer within
+    QUERY_TIMEOUT_S counts as that long (and is reported as timed out)."""
     out = {}
-    with httpx.Client(timeout=120) as client:
+    with httpx.Client(timeout=QUERY_TIMEOUT_S) as client:
         for name, expr in DASHBOARD_QUERIES.items():
-            times = []
+            times, timeouts = [], 0
             for _ in range(QUERY_REPEATS):
                 started = time.perf_counter()
-                response = client.get(
-                    f"http://127.0.0.1:{port}/api/v1/query", params={"query": expr, "dedup": "true"}
-                )
-                response.raise_for_status()
-                times.append(time.perf_counter() - started)
+                try:
+                    params = {"query": expr, "dedup": "true"}
+                    client.get(f"http://127.0.0.1:{port}/api/v1/query", params=params).raise_for_status()
+                    times.append(time.perf_counter() - started)
+                except httpx.TimeoutException:
+                    times.append(QUERY_TIMEOUT_S)
+                    timeouts += 1
+                    break  # one timeout says enough: do not queue more of the same behind it
             times.sort()
-            out[name] = {"p50": statistics.median(times), "p99": times[-1]}  # 7 runs: p99 is the slowest
+            out[name] = {"p50": statistics.median(times), "p99": times[-1], "timeouts": timeouts}
     return out
 
 
@@ -308,6 +314,7 @@ def row(point: dict[str, Any]) -> dict[str, float]:
         "rules max s": max(s["rules_max_s"] for s in point["per_shard"]),
         "query p50 s": statistics.median(v["p50"] for v in q.values()),
         "query p99 s": max(v["p99"] for v in q.values()),
+        "query timeouts": sum(v.get("timeouts", 0) for v in q.values()),
         "loadgen CPU": point["loadgen_cpu"],
         "load avg": point["load_average"],
     }
@@ -386,6 +393,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=30.0)
     parser.add_argument("--shards-at", type=int, default=512, help="N for one replica vs 2 shards (0: skip)")
     parser.add_argument("--capture", type=Path, help="a saved capture (else the twin is run first)")
+    parser.add_argument(
+        "--earlier", type=Path, help="JSON lines of rows printed by an earlier run, fitted too"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "images" / "fleet_scale.png")
     args = parser.parse_args()
     if not THANOS.exists():
@@ -408,11 +418,14 @@ def main() -> None:
         point = run_point(capture_dir, nodes, 1, args.window, args.warmup)
         points.append(point)
         print(json.dumps(row(point)), flush=True)
+        with open(args.out.with_suffix(".points.jsonl"), "a") as handle:  # kept if a later point fails
+            handle.write(json.dumps(point) + "\n")
         if point["per_shard"][0]["scrape_max_s"] > 4:
             print(f"stop after {nodes} nodes: a scrape took {point['per_shard'][0]['scrape_max_s']:.1f} s "
                   "(interval 5 s): the CPU of this shared machine", flush=True)  # fmt: skip
             break
-    rows = [row(p) for p in points]
+    earlier = [json.loads(line) for line in args.earlier.read_text().splitlines()] if args.earlier else []
+    rows = sorted(earlier + [row(p) for p in points], key=lambda r: r["nodes"])
     print(
         f"\nOne Prometheus replica (an HA pair costs twice this), window {args.window:.0f} s, shared machine:"
     )
@@ -426,6 +439,8 @@ def main() -> None:
     comparison = []
     if args.shards_at:
         single = next((p for p in points if p["nodes"] == args.shards_at), None)
+        if single is None:
+            single = run_point(capture_dir, args.shards_at, 1, args.window, args.warmup)
         sharded = run_point(capture_dir, args.shards_at, 2, args.window, args.warmup)
         comparison = [p for p in (single, sharded) if p]
         print(f"\nOne replica vs 2 shards at {args.shards_at} nodes (per shard, then total):")
