@@ -268,3 +268,26 @@ def test_the_placement_names_rules_that_exist_and_shards_split_the_fleet():
     keeps = [shard_relabelling(SHARDS, i)[-1]["regex"] for i in range(SHARDS)]
     assert keeps == [str(i) for i in range(SHARDS)]
     assert {hashmod(f"n{i:04d}", SHARDS) for i in range(1, 13)} == set(range(SHARDS))
+
+
+def test_generated_shard_configurations_pass_promtool(tmp_path):
+    """What an operator deploys: `python -m metrics.sharding.generate`, checked as Prometheus would
+    load it (promtool also checks every rule file the configuration names)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "metrics.sharding.generate", "--shards", "3", "--out", str(tmp_path),
+         "--rules-path", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    configs = sorted(tmp_path.glob("prometheus-shard-*.yml"))
+    assert [c.name for c in configs] == [f"prometheus-shard-{i}.yml" for i in range(3)]
+    for index, config in enumerate(configs):
+        check = subprocess.run(
+            ["promtool", "check", "config", str(config)],
+            capture_output=True, text=True, timeout=60,
+            env={"PROMETHEUS_REPLICA": "A", "PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+        loaded = yaml.safe_load(config.read_text())
+        assert loaded["global"]["external_labels"]["shard"] == str(index)
+        assert {"regex": "shard", "action": "labeldrop"} in loaded["alerting"]["alert_relabel_configs"]
