@@ -4,6 +4,8 @@ unbounded values (pid, job step, timestamp, message text)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from metrics.scale import series
@@ -79,3 +81,15 @@ def test_the_check_sees_each_kind_of_unbounded_label(budget):
         "fleetsight_y",
         "fleetsight_z",
     ]
+
+
+def test_the_documented_budget_is_the_enforced_one(budget):
+    """docs/scaling.md's table and metrics/scale/budget.yml say the same numbers."""
+    docs = (series.BUDGET_FILE.parents[2] / "docs" / "scaling.md").read_text()
+    rows = {}
+    for line in docs.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        exporter = re.search(r"\(`([\w-]+)`\)", cells[0])
+        if len(cells) == 4 and exporter and cells[2].replace(",", "").isdigit():
+            rows[exporter.group(1)] = int(cells[2].replace(",", ""))
+    assert rows == budget.per_node
