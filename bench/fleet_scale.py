@@ -48,7 +48,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from metrics.scale.capture import Capture, capture, free_port  # noqa: E402
+from evaluation.scale_capture import capture, free_port  # noqa: E402
+from metrics.scale.capture import Capture  # noqa: E402
 from metrics.sharding.generate import PRODUCTION_CONFIG, shard_config  # noqa: E402
 
 THANOS = REPO / ".cache" / "bin" / "thanos"

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
+from evaluation.scale_capture import capture
 from metrics.scale import series
-from metrics.scale.capture import Capture, capture
+from metrics.scale.capture import Capture
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The fleet-scale load source: N nodes, each its own scrape target on its own loopback address,
-serving what the twin's exporters served for a node of the same kind (metrics/scale/capture.py).
+serving what the twin's exporters served for a node of the same kind (saved by evaluation/scale_capture.py).
 
 Node i gets 127.16.0.0 + i + 1 (127.0.0.0/8 is all loopback on Linux: no set-up, no root needed) and
 answers on one port, one path per exporter:
@@ -230,9 +230,11 @@ def main(argv: list[str] | None = None) -> None:
         description="Serve N nodes' exporters (dcgm, node agent, fabric share, node_exporter), each node "
         "on its own loopback address, from a capture of the twin's exporters.",
         epilog="Example: python -m metrics.scale.loadgen --capture /tmp/cap --nodes 256 --port 9400 "
-        "--file-sd /tmp/sd   (capture first: python -m metrics.scale.capture /tmp/cap)",
+        "--file-sd /tmp/sd   (capture first: python -m evaluation.scale_capture /tmp/cap)",
     )
-    parser.add_argument("--capture", type=Path, required=True, help="folder written by metrics.scale.capture")
+    parser.add_argument(
+        "--capture", type=Path, required=True, help="folder written by evaluation.scale_capture"
+    )
     parser.add_argument("--nodes", type=int, required=True, help="how many nodes to serve")
     parser.add_argument("--port", type=int, required=True, help="the port every node address listens on")
     parser.add_argument("--file-sd", type=Path, help="write Prometheus file_sd target files here")
@@ -240,7 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.nodes < 1 or args.nodes > 60000:
         parser.error("--nodes must be between 1 and 60000")
     if not (args.capture / "nodes.json").exists():
-        parser.error(f"{args.capture} holds no capture (run python -m metrics.scale.capture {args.capture})")
+        parser.error(
+            f"{args.capture} holds no capture (run python -m evaluation.scale_capture {args.capture})"
+        )
     asyncio.run(run(args.capture, args.nodes, args.port, args.file_sd))
 
 
