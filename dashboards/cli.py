@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -92,6 +93,13 @@ def list_command() -> None:
     default="",
     help="With --grafana: each target's min interval (the sparsest scrape, e.g. 60s for a backfill).",
 )
+@click.option(
+    "--may-be-absent",
+    default="",
+    metavar="REGEX",
+    help="With --grafana: metrics this stack does not write (a backfill has no live services' series); "
+    "any other metric that no series ever had is an error.",
+)
 @click.option("--var", "variables", multiple=True, metavar="NAME=VALUE", help="A dashboard variable.")
 @click.option("--at", type=float, default=None, help="Unix time to evaluate at (default: now).")
 @click.option("--types/--no-types", default=True, help="Also type-check the JSON with tsc.")
@@ -101,6 +109,7 @@ def verify_command(
     window: float,
     offline: tuple[str, ...],
     min_interval: str,
+    may_be_absent: str,
     variables: tuple[str, ...],
     at: float | None,
     types: bool,
@@ -119,7 +128,7 @@ def verify_command(
     With --grafana, Grafana's admin login is read from GRAFANA_USER and GRAFANA_PASSWORD when set.
     """
     if grafana_url:
-        verify_with_grafana(grafana_url, window, offline, min_interval, at)
+        verify_with_grafana(grafana_url, window, offline, min_interval, may_be_absent, at)
         return
     settings = Settings()
     url = prometheus_url or settings.url("prometheus")
@@ -148,14 +157,20 @@ def verify_command(
 
 
 def verify_with_grafana(
-    url: str, window: float, offline: tuple[str, ...], min_interval: str, at: float | None
+    url: str, window: float, offline: tuple[str, ...], min_interval: str, absent: str, at: float | None
 ) -> None:
     """Print the per-dashboard table; exit 1 on any error (listing, round-trip, refused query)."""
     end = at or time.time()
     user, password = os.environ.get("GRAFANA_USER", "admin"), os.environ.get("GRAFANA_PASSWORD")
     try:
         checks = grafana_verify.verify(
-            url, end - window, end, offline, min_interval, (user, password) if password else None
+            url,
+            end - window,
+            end,
+            offline,
+            min_interval,
+            (user, password) if password else None,
+            re.compile(absent) if absent else None,
         )
     except httpx.HTTPError as error:
         raise click.ClickException(f"Grafana at {url} did not answer: {error}") from error

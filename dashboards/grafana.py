@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,7 +80,8 @@ def install(settings: Settings, log: Path) -> None:
         run_logged(wire, log, cwd=tree, env=go_env())
         partial = settings.bin_dir / f"grafana.partial-{os.getpid()}"
         try:
-            build = ["go", "build", "-tags", TAGS, "-o", str(partial), "./pkg/cmd/grafana"]
+            # The tags select wire's providers only; the generated wire_gen.go builds untagged.
+            build = ["go", "build", "-o", str(partial), "./pkg/cmd/grafana"]
             run_logged(build, log, cwd=tree, env={**go_env(), "CGO_ENABLED": "1"})
             new_home = settings.cache_dir / f"grafana-home.partial-{os.getpid()}"
             for part in ("conf", "public"):
@@ -110,7 +112,12 @@ def missing(settings: Settings) -> str | None:
 
 
 def environment(
-    settings: Settings, port: int, data_dir: Path, prometheus_url: str, logs_url: str
+    settings: Settings,
+    port: int,
+    data_dir: Path,
+    prometheus_url: str,
+    logs_url: str,
+    dashboards_dir: Path = DASHBOARDS_DIR,
 ) -> dict[str, str]:
     """Grafana's configuration as GF_* variables, and the variables the provisioning files read
     (docker-compose.yml sets the same ones to the compose network's addresses)."""
@@ -130,7 +137,7 @@ def environment(
         "GF_LOG_MODE": "console",
         "FLEETSIGHT_PROMETHEUS_URL": prometheus_url,
         "FLEETSIGHT_LOGS_URL": logs_url,
-        "FLEETSIGHT_DASHBOARDS_DIR": str(DASHBOARDS_DIR),
+        "FLEETSIGHT_DASHBOARDS_DIR": str(dashboards_dir),
     }
 
 
@@ -170,8 +177,6 @@ def running(
 
 
 def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
-    import time
-
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -85,9 +85,10 @@ class GrafanaCheck:
         end: float,
         offline: tuple[str, ...] = (),
         min_interval: str = "",
+        absent_ok: re.Pattern[str] | None = None,
     ) -> None:
         self.client, self.start, self.end = client, start, end
-        self.offline, self.min_interval = offline, min_interval
+        self.offline, self.min_interval, self.absent_ok = offline, min_interval, absent_ok
         self._metrics: dict[str, set[str]] = {}
 
     def resource(self, uid: str, path: str, params: dict[str, str]) -> list[str]:
@@ -98,8 +99,11 @@ class GrafanaCheck:
         return answer.json().get("data") or []
 
     def known_metrics(self, uid: str) -> set[str]:
+        """Every metric name the datasource has ever held (no time bounds: all of its history)."""
         if uid not in self._metrics:
-            self._metrics[uid] = set(self.resource(uid, "api/v1/label/__name__/values", {}))
+            answer = self.client.get(f"/api/datasources/uid/{uid}/resources/api/v1/label/__name__/values")
+            answer.raise_for_status()
+            self._metrics[uid] = set(answer.json().get("data") or [])
         return self._metrics[uid]
 
     def variables(self, stored: dict) -> dict[str, str]:
@@ -145,14 +149,23 @@ class GrafanaCheck:
         ]
         return len(with_values), ""
 
-    def why_empty(self, uid: str, expr: str) -> str:
+    def why_empty(self, uid: str, expr: str, needs: str) -> tuple[str, str]:
+        """(reason, error) for a target without data. A metric no series has ever had is an error (a
+        wrong name), unless the panel needs a component that writes it, or it may be absent here."""
         unknown = sorted(metric_names(expr) - self.known_metrics(uid))
-        if unknown:
-            names = ", ".join(unknown)
-            return f"no series of {names} in the window (never written here, or a wrong metric name)"
-        return "its metrics have series, none matched its filter in the window (no fault of that kind)"
+        if not unknown:
+            return (
+                "its metrics have series; none matched its filter in the window (no fault of that kind)",
+                "",
+            )
+        names = ", ".join(unknown)
+        if needs:
+            return f"needs {needs}: no series of {names}", ""
+        if self.absent_ok and all(self.absent_ok.search(name) for name in unknown):
+            return f"no series of {names}: not written here (--may-be-absent)", ""
+        return "", f"no series of {names} has ever existed: a wrong metric name?"
 
-    def panel(self, dashboard: str, panel: dict, values: dict[str, str]) -> PanelCheck:
+    def panel(self, dashboard: str, panel: dict, values: dict[str, str], needs: str = "") -> PanelCheck:
         check = PanelCheck(dashboard, panel.get("title", "?"))
         for target in panel.get("targets", []):
             uid = (target.get("datasource") or panel.get("datasource") or {}).get("uid", "")
@@ -166,7 +179,11 @@ class GrafanaCheck:
             elif frames:
                 check.with_data += 1
             elif "expr" in target:
-                check.empty_reasons.append(self.why_empty(uid, fill_variables(target["expr"], values)))
+                reason, error = self.why_empty(uid, fill_variables(target["expr"], values), needs)
+                if error:
+                    check.errors.append(f"{target.get('refId', '?')}: {error}")
+                else:
+                    check.empty_reasons.append(reason)
             else:
                 check.empty_reasons.append("no documents matched in the window")
         return check
@@ -188,9 +205,11 @@ class GrafanaCheck:
         if {k: v for k, v in stored.items() if k not in GRAFANA_FIELDS} != committed:
             check.problems.append("the stored JSON differs from the committed file")
         values = self.variables(stored)
+        needs = {panel.title: panel.needs for panel in spec.panels()}
         for panel in stored.get("panels", []):
             if panel.get("type") != "row":
-                check.panels.append(self.panel(spec.uid, panel, values))
+                title = panel.get("title", "")
+                check.panels.append(self.panel(spec.uid, panel, values, needs.get(title, "")))
         return check
 
 
@@ -201,13 +220,14 @@ def verify(
     offline: tuple[str, ...] = (),
     min_interval: str = "",
     auth: tuple[str, str] | None = None,
+    absent_ok: re.Pattern[str] | None = None,
 ) -> list[DashboardCheck]:
     """Every catalogued dashboard as the Grafana at URL serves it, its targets over [start, end]."""
     with httpx.Client(base_url=url, timeout=60, auth=auth) as client:
         search = client.get("/api/search", params={"type": "dash-db", "limit": 5000})
         search.raise_for_status()
         listed = {entry["uid"]: entry for entry in search.json()}
-        check = GrafanaCheck(client, start, end, offline, min_interval)
+        check = GrafanaCheck(client, start, end, offline, min_interval, absent_ok)
         return [check.dashboard(spec, listed) for spec in catalog.DASHBOARDS]
 
 
