@@ -154,13 +154,21 @@ def ready(url: str) -> bool:
 
 @contextmanager
 def running(
-    settings: Settings, port: int, data_dir: Path, prometheus_url: str, logs_url: str
+    settings: Settings,
+    port: int,
+    data_dir: Path,
+    prometheus_url: str,
+    logs_url: str,
+    dashboards_dir: Path = DASHBOARDS_DIR,
 ) -> Iterator[str]:
-    """A Grafana server for a test or a one-off check; its URL, until the block ends."""
-    if missing(settings):
-        raise FileNotFoundError(missing(settings))
+    """A Grafana server for a test or a one-off check, provisioned with the dashboards of
+    `dashboards_dir`; its URL, until the block ends."""
+    problem = missing(settings)
+    if problem:
+        raise FileNotFoundError(problem)
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **environment(settings, port, data_dir, prometheus_url, logs_url)}
+    given = environment(settings, port, data_dir, prometheus_url, logs_url, dashboards_dir)
+    env = {**os.environ, **given}
     url = f"http://{settings.host}:{port}"
     with (data_dir / "grafana.log").open("w") as out:
         process = subprocess.Popen(command(settings), env=env, stdout=out, stderr=subprocess.STDOUT)
