@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 
 import click
+import httpx
 
 from fleetsight.settings import Settings
 
-from . import build, catalog, verify
+from . import build, catalog, grafana_verify, verify
 
 
 @click.group()
@@ -71,11 +74,45 @@ def list_command() -> None:
 
 @cli.command("verify")
 @click.option("--prometheus", "prometheus_url", default=None, help="Prometheus or Thanos query URL.")
+@click.option(
+    "--grafana",
+    "grafana_url",
+    default=None,
+    help="Check through this Grafana instead: folders, stored JSON, every target via /api/ds/query.",
+)
+@click.option("--window", type=float, default=3600.0, show_default=True, help="Seconds queried, ending --at.")
+@click.option(
+    "--offline-datasource",
+    "offline",
+    multiple=True,
+    metavar="UID",
+    help="With --grafana: a datasource not running here; its targets are reported empty, not queried.",
+)
+@click.option(
+    "--min-interval",
+    default="",
+    help="With --grafana: each target's min interval (the sparsest scrape, e.g. 60s for a backfill).",
+)
+@click.option(
+    "--may-be-absent",
+    default="",
+    metavar="REGEX",
+    help="With --grafana: metrics this stack does not write (a backfill has no live services' series); "
+    "any other metric that no series ever had is an error.",
+)
 @click.option("--var", "variables", multiple=True, metavar="NAME=VALUE", help="A dashboard variable.")
 @click.option("--at", type=float, default=None, help="Unix time to evaluate at (default: now).")
 @click.option("--types/--no-types", default=True, help="Also type-check the JSON with tsc.")
 def verify_command(
-    prometheus_url: str | None, variables: tuple[str, ...], at: float | None, types: bool
+    prometheus_url: str | None,
+    grafana_url: str | None,
+    window: float,
+    offline: tuple[str, ...],
+    min_interval: str,
+    may_be_absent: str,
+    variables: tuple[str, ...],
+    at: float | None,
+    types: bool,
 ) -> None:
     """Run every panel's PromQL against a real Prometheus and type-check the JSON against @grafana/schema.
 
@@ -86,7 +123,13 @@ def verify_command(
     Examples:
       fleetsight dashboards verify --var hpc_job=4101 --var node=n0001
       fleetsight dashboards verify --prometheus http://thanos:10902 --no-types
+      fleetsight dashboards verify --grafana http://127.0.0.1:19145 --offline-datasource logs
+
+    With --grafana, Grafana's admin login is read from GRAFANA_USER and GRAFANA_PASSWORD when set.
     """
+    if grafana_url:
+        verify_with_grafana(grafana_url, window, offline, min_interval, may_be_absent, at)
+        return
     settings = Settings()
     url = prometheus_url or settings.url("prometheus")
     values = dict(v.split("=", 1) for v in variables)
@@ -111,3 +154,25 @@ def verify_command(
         click.echo("types: ok" if typed else f"types: FAILED\n{output}")
         ok = ok and typed
     sys.exit(0 if ok else 1)
+
+
+def verify_with_grafana(
+    url: str, window: float, offline: tuple[str, ...], min_interval: str, absent: str, at: float | None
+) -> None:
+    """Print the per-dashboard table; exit 1 on any error (listing, round-trip, refused query)."""
+    end = at or time.time()
+    user, password = os.environ.get("GRAFANA_USER", "admin"), os.environ.get("GRAFANA_PASSWORD")
+    try:
+        checks = grafana_verify.verify(
+            url,
+            end - window,
+            end,
+            offline,
+            min_interval,
+            (user, password) if password else None,
+            re.compile(absent) if absent else None,
+        )
+    except httpx.HTTPError as error:
+        raise click.ClickException(f"Grafana at {url} did not answer: {error}") from error
+    click.echo(grafana_verify.table(checks))
+    sys.exit(1 if any(check.failed for check in checks) else 0)

@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -609,6 +609,12 @@ def test_the_twin_scenario_ships_in_the_image(services: dict[str, dict[str, Any]
 
 
 # ---------------------------------------------------------------------------- Grafana provisioning
+def grafana_expand(grafana: dict[str, Any], value: str) -> str:
+    """A provisioning value with the ${VAR}s Grafana expands from its environment (os.ExpandEnv)."""
+    environment = grafana["environment"]
+    return re.sub(r"\$\{(\w+)\}", lambda m: str(environment[m.group(1)]), value)
+
+
 def test_grafana_datasource_points_at_thanos_query(services: dict[str, dict[str, Any]]) -> None:
     grafana = services["grafana"]
     mounts = bind_mounts(grafana)
@@ -620,7 +626,7 @@ def test_grafana_datasource_points_at_thanos_query(services: dict[str, dict[str,
         for source in yaml.safe_load(path.read_text())["datasources"]
     ]
     (default,) = [source for source in datasources if source.get("isDefault")]
-    url = urlparse(default["url"])
+    url = urlparse(grafana_expand(grafana, default["url"]))
     query_port = listen_port(flag_value(services["thanos-query"]["command"], "http-address"))
     assert (url.hostname, url.port, default["type"]) == ("thanos-query", query_port, "prometheus")
 
@@ -641,9 +647,11 @@ def test_grafana_dashboard_provider_loads_a_mounted_folder_of_valid_dashboards(
     ]
     assert providers
     for provider in providers:
-        folder = mounts.get(provider["options"]["path"])
-        assert folder is not None, f"provider path {provider['options']['path']} is not mounted into grafana"
-        dashboards = list(folder.glob("*.json"))
+        # A provider reads one dashboard file (its persona's folder); its folder is mounted.
+        path = PurePosixPath(grafana_expand(services["grafana"], provider["options"]["path"]))
+        folder = mounts.get(str(path.parent))
+        assert folder is not None, f"provider path {path} is not mounted into grafana"
+        dashboards = [folder / path.name]
         assert dashboards, f"{folder} holds no dashboard for the provider to load"
         for path in dashboards:
             dashboard = json.loads(path.read_text())

@@ -1,0 +1,199 @@
+"""A real Grafana server for the local stack and the dashboard checks, built from the Go module proxy.
+
+The proxy serves one Grafana module version, a 10.0.0-preview main commit of 2023-06-09. Its
+dependency injection code (``pkg/server/wire_gen.go``) is generated, not committed, so the build runs
+``wire`` (v0.7.0: v0.5.0 crashes under current Go) with the OSS tags first, then ``go build`` with cgo
+(SQLite). Only the backend is built: the HTTP API is complete, the UI needs a frontend build that
+cannot be had here. The server's home (``conf/`` defaults and ``public/``, where the core plugins'
+``plugin.json`` live) is copied from the module beside the binary, so the 1.5 GB module copy is not
+kept. Provisioning is the repository's own folder, the one docker-compose.yml mounts for Grafana 12.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from fleetsight.gobuild import GoModuleBuild, make_writable
+from fleetsight.settings import REPO_ROOT, Settings
+from fleetsight.setup import InstallError, InstallStep, go_env, remove_leftovers, run_logged
+
+MODULE = "github.com/grafana/grafana"
+MODULE_VERSION = "v1.9.2-0.20230609164553-81d85ce8028d"  # the pin: change it and setup rebuilds
+WIRE = "github.com/google/wire/cmd/wire@v0.7.0"
+TAGS = "oss"
+STAMP = f"{MODULE}@{MODULE_VERSION} wire={WIRE} tags={TAGS} cgo=1"
+PROVISIONING = REPO_ROOT / "dashboards" / "provisioning"
+DASHBOARDS_DIR = REPO_ROOT / "dashboards"
+READY_TIMEOUT_S = 60.0
+
+
+def binary(settings: Settings) -> Path:
+    return settings.bin_dir / "grafana"
+
+
+def home(settings: Settings) -> Path:
+    """Grafana's --homepath: conf/ and public/ of the pinned module."""
+    return settings.cache_dir / "grafana-home"
+
+
+def stamp_file(settings: Settings) -> Path:
+    return settings.bin_dir / "grafana.stamp"
+
+
+def present(settings: Settings) -> bool:
+    stamp = stamp_file(settings)
+    return (
+        binary(settings).is_file()
+        and (home(settings) / "conf" / "defaults.ini").is_file()
+        and stamp.is_file()
+        and stamp.read_text().strip() == STAMP
+    )
+
+
+def install(settings: Settings, log: Path) -> None:
+    """Download the module, generate wire_gen.go, build the server, keep its home; stamp last."""
+    if shutil.which("go") is None or shutil.which("gcc") is None:
+        raise InstallError("Grafana needs the Go toolchain and gcc (cgo, for SQLite) on PATH")
+    source = GoModuleBuild("grafana", MODULE, MODULE_VERSION, "", TAGS, "", "").download_source(log)
+    settings.bin_dir.mkdir(parents=True, exist_ok=True)
+    build_root = settings.cache_dir / "build"
+    build_root.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(build_root, "grafana-")
+    remove_leftovers(settings.cache_dir, "grafana-home.partial-")
+    with tempfile.TemporaryDirectory(prefix=f"grafana-{os.getpid()}-", dir=build_root) as scratch:
+        tree, tools = Path(scratch) / "src", Path(scratch) / "bin"
+        shutil.copytree(source, tree, symlinks=True)
+        make_writable(tree)
+        # `go install pkg@version` refuses -mod=mod: the machine's own GOFLAGS only.
+        plain = {**go_env(), "GOFLAGS": os.environ.get("GOFLAGS", ""), "GOBIN": str(tools)}
+        run_logged(["go", "install", WIRE], log, cwd=tree, env=plain)
+        wire = [str(tools / "wire"), "gen", "-tags", TAGS, "./pkg/server", "./pkg/cmd/grafana-cli/runner"]
+        run_logged(wire, log, cwd=tree, env=go_env())
+        partial = settings.bin_dir / f"grafana.partial-{os.getpid()}"
+        try:
+            # The tags select wire's providers only; the generated wire_gen.go builds untagged.
+            build = ["go", "build", "-o", str(partial), "./pkg/cmd/grafana"]
+            run_logged(build, log, cwd=tree, env={**go_env(), "CGO_ENABLED": "1"})
+            new_home = settings.cache_dir / f"grafana-home.partial-{os.getpid()}"
+            for part in ("conf", "public"):
+                shutil.copytree(tree / part, new_home / part, symlinks=True)
+            stamp_file(settings).unlink(missing_ok=True)
+            shutil.rmtree(home(settings), ignore_errors=True)
+            os.replace(new_home, home(settings))
+            os.replace(partial, binary(settings))
+        finally:
+            partial.unlink(missing_ok=True)
+    stamp_file(settings).write_text(STAMP + "\n")
+
+
+INSTALL_STEP = InstallStep(
+    name="grafana",
+    description=f"Grafana server (10.0.0-preview, backend only) built from {MODULE}@{MODULE_VERSION}",
+    needed_by="grafana (fleetsight up), dashboards verify --grafana",
+    check=present,
+    install=install,
+    eta="~7 min on 2 cores (plus ~1.5 GB of Go modules when the module cache is cold)",
+)
+
+
+def missing(settings: Settings) -> str | None:
+    if present(settings):
+        return None
+    return f"{binary(settings)} is missing or stale: run `fleetsight setup --only grafana`"
+
+
+def environment(
+    settings: Settings,
+    port: int,
+    data_dir: Path,
+    prometheus_url: str,
+    logs_url: str,
+    dashboards_dir: Path = DASHBOARDS_DIR,
+) -> dict[str, str]:
+    """Grafana's configuration as GF_* variables, and the variables the provisioning files read
+    (docker-compose.yml sets the same ones to the compose network's addresses)."""
+    return {
+        "GF_SERVER_HTTP_ADDR": settings.host,
+        "GF_SERVER_HTTP_PORT": str(port),
+        "GF_PATHS_DATA": str(data_dir),
+        "GF_PATHS_LOGS": str(data_dir / "log"),
+        "GF_PATHS_PLUGINS": str(data_dir / "plugins"),
+        "GF_PATHS_PROVISIONING": str(PROVISIONING),
+        # Loopback only: a viewer needs no login, which is all the checks need (read, query).
+        "GF_AUTH_ANONYMOUS_ENABLED": "true",
+        "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+        "GF_ANALYTICS_REPORTING_ENABLED": "false",
+        "GF_ANALYTICS_CHECK_FOR_UPDATES": "false",
+        "GF_ANALYTICS_CHECK_FOR_PLUGIN_UPDATES": "false",
+        "GF_LOG_MODE": "console",
+        "FLEETSIGHT_PROMETHEUS_URL": prometheus_url,
+        "FLEETSIGHT_LOGS_URL": logs_url,
+        "FLEETSIGHT_DASHBOARDS_DIR": str(dashboards_dir),
+    }
+
+
+def command(settings: Settings) -> list[str]:
+    return [str(binary(settings)), "server", "--homepath", str(home(settings))]
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/health", timeout=2).json().get("database") == "ok"
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+@contextmanager
+def running(
+    settings: Settings,
+    port: int,
+    data_dir: Path,
+    prometheus_url: str,
+    logs_url: str,
+    dashboards_dir: Path = DASHBOARDS_DIR,
+) -> Iterator[str]:
+    """A Grafana server for a test or a one-off check, provisioned with the dashboards of
+    `dashboards_dir`; its URL, until the block ends."""
+    problem = missing(settings)
+    if problem:
+        raise FileNotFoundError(problem)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    given = environment(settings, port, data_dir, prometheus_url, logs_url, dashboards_dir)
+    env = {**os.environ, **given}
+    url = f"http://{settings.host}:{port}"
+    with (data_dir / "grafana.log").open("w") as out:
+        process = subprocess.Popen(command(settings), env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(url, process, data_dir / "grafana.log")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"grafana exited ({process.returncode}); last log lines:\n{tail(log)}")
+        if ready(url):
+            return
+        time.sleep(0.2)  # polling interval of a deadline loop, not a synchronisation
+    raise RuntimeError(f"grafana did not answer {url}/api/health in {READY_TIMEOUT_S:.0f} s:\n{tail(log)}")
+
+
+def tail(log: Path, lines: int = 20) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
