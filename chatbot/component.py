@@ -5,11 +5,11 @@ when they are not running)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from fleetsight.components import Component, http_ok, scrape_own_port
 from fleetsight.settings import Settings
-
-from .install import INSTALL_STEPS  # noqa: F401 - the runbooks are embedded by `fleetsight setup`
+from fleetsight.setup import InstallStep
 
 
 def optional_url(settings: Settings, port_name: str) -> list[str]:
@@ -59,3 +59,29 @@ CLI = {
 # The headless Chromium that tests the chat page is the "chromium" step dashboards/component.py already
 # declares (a step may be declared once).
 START_PRIORITY = 70
+
+
+def _embeddings_current(settings: Settings) -> bool:
+    from .install import embeddings_current  # numpy and the index: only when setup asks
+
+    return embeddings_current(settings)
+
+
+def _embed_runbooks(settings: Settings, log: Path) -> None:
+    from .install import embed_runbooks
+
+    embed_runbooks(settings, log)
+
+
+# The runbooks are embedded by `fleetsight setup`. Every `fleetsight` command loads this declaration, and
+# a production install without the chatbot extra has no numpy: the step's code is imported on use.
+INSTALL_STEPS = [
+    InstallStep(
+        name="chatbot-embeddings",
+        description="the runbooks' embeddings for the chatbot's dense retrieval (.cache/chatbot/)",
+        needed_by="chatbot",
+        check=_embeddings_current,
+        install=_embed_runbooks,
+        eta="~35 s cold on 2 cores; only changed sections later",
+    )
+]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetsight.settings import REPO_ROOT, Settings
-from fleetsight.setup import InstallStep, run_logged
+from fleetsight.setup import run_logged
 
 from .index import (
     VectorCache,
@@ -48,15 +48,3 @@ def embed_runbooks(_settings: Settings, log: Path) -> None:
     code = "from chatbot.answer import Answerer, ChatConfig; from fleetsight.settings import REPO_ROOT; "
     code += "print(Answerer(ChatConfig(repo_root=REPO_ROOT)).index.vector_cache.encoded, 'sections embedded')"
     run_logged([sys.executable, "-c", code], log, cwd=REPO_ROOT)
-
-
-INSTALL_STEPS = [
-    InstallStep(
-        name="chatbot-embeddings",
-        description="the runbooks' embeddings for the chatbot's dense retrieval (.cache/chatbot/)",
-        needed_by="chatbot",
-        check=embeddings_current,
-        install=embed_runbooks,
-        eta="~35 s cold on 2 cores; only changed sections later",
-    )
-]

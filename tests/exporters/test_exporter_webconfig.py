@@ -113,9 +113,9 @@ def test_prometheus_scrapes_it_with_the_matching_settings(secured_agent: dict) -
 
         def up() -> dict[str, str] | None:
             assert process.poll() is None, log.read_text()[-2000:]
-            try:
+            try:  # before it is ready, Prometheus answers 503 with a plain-text body
                 result = httpx.get(f"http://127.0.0.1:{port}/api/v1/query", params={"query": "up"}).json()
-            except httpx.HTTPError:
+            except (httpx.HTTPError, ValueError):
                 return None
             found = {r["metric"]["job"]: r["value"][1] for r in result["data"]["result"]}
             # a first scrape may time out on a loaded machine (bcrypt's first check): wait for a good one
