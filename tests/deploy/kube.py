@@ -263,7 +263,24 @@ class Cluster:
                 timeout=30,
                 what=f"CRD {name} established",
             )
+        # Established is not yet served: helm maps kinds through the discovery documents, which lag the
+        # condition by a moment (a helm install right after failed "no matches for kind" under load).
+        for path in files:
+            crd = yaml.safe_load(path.read_text())
+            group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+            for version in (v["name"] for v in crd["spec"]["versions"] if v.get("served")):
+                wait_until(
+                    lambda g=group, v=version, p=plural: self.discovered(g, v, p),
+                    timeout=30,
+                    what=f"{plural}.{group}/{version} in the API server's discovery",
+                )
         return names
+
+    def discovered(self, group: str, version: str, plural: str) -> bool:
+        response = self.api("GET", f"/apis/{group}/{version}")
+        return response.status_code == 200 and plural in {
+            r["name"] for r in response.json().get("resources", [])
+        }
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
         """A kubeconfig holding a token of a ServiceAccount (TokenRequest API): the rights its RBAC gives."""
