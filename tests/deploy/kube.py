@@ -256,9 +256,12 @@ class Cluster:
             wait_until(
                 lambda n=name: any(
                     c["type"] == "Established" and c["status"] == "True"
-                    for c in self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
-                    .get("status", {})
-                    .get("conditions", [])
+                    # a CRD just created may carry "conditions": null
+                    for c in (
+                        self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}").get("status")
+                        or {}
+                    ).get("conditions")
+                    or []
                 ),
                 timeout=30,
                 what=f"CRD {name} established",
