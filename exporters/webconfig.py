@@ -22,7 +22,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import bcrypt
 import yaml
 
 TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version"}
@@ -60,6 +59,8 @@ class WebConfig:
         with self._lock:
             if key in self._verified:
                 return True
+        import bcrypt  # only basic auth needs it; load() checked it is there
+
         if not bcrypt.checkpw(password.encode(), hashed):
             return False
         with self._lock:
@@ -87,7 +88,18 @@ def load(path: str | Path) -> WebConfig:
         if not str(hashed).startswith(("$2a$", "$2b$", "$2y$")):
             raise WebConfigError(f"{path}: basic_auth_users.{user}: expected a bcrypt hash, not a password")
         config.users[str(user)] = str(hashed).encode()
+    if config.users:
+        _require_bcrypt(path)
     return config
+
+
+def _require_bcrypt(path: Path) -> None:
+    """Basic auth checks bcrypt hashes; an agent without basic auth runs without the bcrypt module."""
+    try:
+        import bcrypt  # noqa: F401
+    except ImportError:
+        message = f"{path}: basic_auth_users needs the bcrypt module: pip install bcrypt"
+        raise WebConfigError(message) from None
 
 
 def _tls(path: Path, section: dict) -> ssl.SSLContext:

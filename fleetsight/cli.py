@@ -93,12 +93,21 @@ def missing_extra(module: str, hints: set[str] | frozenset[str] = frozenset()) -
     except importlib.metadata.PackageNotFoundError:
         requires = []
     extras: dict[str, set[str]] = {}  # extra -> normalised distribution names
+    core: set[str] = set()
     for line in requires:
         requirement, _, marker = line.partition(";")
         extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", marker)
+        name = _normal(re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0])
         if extra:
-            name = re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0]
-            extras.setdefault(extra.group(1), set()).add(_normal(name))
+            extras.setdefault(extra.group(1), set()).add(name)
+        else:
+            core.add(name)
+    if not requires or _normal(module) in core:
+        # a source tree run with a bare Python, or a broken install: no extra would bring it
+        return (
+            f"this command needs {module!r}, a dependency of FleetSight itself, which is not installed:"
+            " reinstall fleetsight (pip install fleetsight), or run `make setup` in a source tree"
+        )
     providing = sorted(e for e, names in extras.items() if _normal(module) in names)
     providing = sorted(set(providing) & hints) or providing or sorted(set(extras) & hints)
     if not providing:

@@ -74,6 +74,8 @@ def test_a_production_install_has_no_numpy_and_runs_the_agent_without_the_twin(
         line.split("|")[-1].strip().split(".")[0] for line in agent.stderr.splitlines() if "|" in line
     }
     assert "numpy" not in imported and "fleetsight_twin" not in imported and "twin" not in imported
+    # bcrypt is for basic auth only: an agent without a web config runs on a host that lacks it
+    assert "bcrypt" not in imported
 
 
 def test_a_command_whose_extra_is_missing_names_the_extra(production_venv: Path, tmp_path: Path) -> None:
