@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +21,9 @@ from pathlib import Path
 
 import httpx
 
-from fleetsight.gobuild import GoModuleBuild, make_writable
+from fleetsight.gobuild import GoModuleBuild
 from fleetsight.settings import REPO_ROOT, Settings
-from fleetsight.setup import InstallError, InstallStep, go_env, remove_leftovers, run_logged
+from fleetsight.setup import InstallError, go_env, remove_leftovers, run_logged
 
 MODULE = "github.com/grafana/grafana"
 MODULE_VERSION = "v1.9.2-0.20230609164553-81d85ce8028d"  # the pin: change it and setup rebuilds
@@ -36,49 +35,37 @@ DASHBOARDS_DIR = REPO_ROOT / "dashboards"
 READY_TIMEOUT_S = 60.0
 
 
-def binary(settings: Settings) -> Path:
-    return settings.bin_dir / "grafana"
+class GrafanaBuild(GoModuleBuild):
+    """Grafana's server: wire generates its dependency injection first, cgo builds it (SQLite), and its
+    home (conf/ defaults, public/) is kept beside the binary. The stamp alone names the build: this
+    preview binary reports no release of its own."""
 
+    @property
+    def stamp(self) -> str:
+        return STAMP
 
-def home(settings: Settings) -> Path:
-    """Grafana's --homepath: conf/ and public/ of the pinned module."""
-    return settings.cache_dir / "grafana-home"
+    def reports_release(self, settings: Settings) -> bool:
+        return True
 
+    def present(self, settings: Settings) -> bool:
+        return super().present(settings) and (home(settings) / "conf" / "defaults.ini").is_file()
 
-def stamp_file(settings: Settings) -> Path:
-    return settings.bin_dir / "grafana.stamp"
+    def check_toolchain(self) -> None:
+        if shutil.which("go") is None or shutil.which("gcc") is None:
+            raise InstallError("Grafana needs the Go toolchain and gcc (cgo, for SQLite) on PATH")
 
-
-def present(settings: Settings) -> bool:
-    stamp = stamp_file(settings)
-    return (
-        binary(settings).is_file()
-        and (home(settings) / "conf" / "defaults.ini").is_file()
-        and stamp.is_file()
-        and stamp.read_text().strip() == STAMP
-    )
-
-
-def install(settings: Settings, log: Path) -> None:
-    """Download the module, generate wire_gen.go, build the server, keep its home; stamp last."""
-    if shutil.which("go") is None or shutil.which("gcc") is None:
-        raise InstallError("Grafana needs the Go toolchain and gcc (cgo, for SQLite) on PATH")
-    source = GoModuleBuild("grafana", MODULE, MODULE_VERSION, "", TAGS, "", "").download_source(log)
-    settings.bin_dir.mkdir(parents=True, exist_ok=True)
-    build_root = settings.cache_dir / "build"
-    build_root.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(build_root, "grafana-")
-    remove_leftovers(settings.cache_dir, "grafana-home.partial-")
-    with tempfile.TemporaryDirectory(prefix=f"grafana-{os.getpid()}-", dir=build_root) as scratch:
-        tree, tools = Path(scratch) / "src", Path(scratch) / "bin"
-        shutil.copytree(source, tree, symlinks=True)
-        make_writable(tree)
+    def prepare(self, scratch: Path, log: Path) -> Path:
+        tree, tools = super().prepare(scratch, log), scratch / "bin"
         # `go install pkg@version` refuses -mod=mod: the machine's own GOFLAGS only.
         plain = {**go_env(), "GOFLAGS": os.environ.get("GOFLAGS", ""), "GOBIN": str(tools)}
         run_logged(["go", "install", WIRE], log, cwd=tree, env=plain)
         wire = [str(tools / "wire"), "gen", "-tags", TAGS, "./pkg/server", "./pkg/cmd/grafana-cli/runner"]
         run_logged(wire, log, cwd=tree, env=go_env())
+        return tree
+
+    def build_in(self, tree: Path, settings: Settings, log: Path) -> None:
         partial = settings.bin_dir / f"grafana.partial-{os.getpid()}"
+        remove_leftovers(settings.cache_dir, "grafana-home.partial-")
         try:
             # The tags select wire's providers only; the generated wire_gen.go builds untagged.
             build = ["go", "build", "-o", str(partial), "./pkg/cmd/grafana"]
@@ -86,21 +73,34 @@ def install(settings: Settings, log: Path) -> None:
             new_home = settings.cache_dir / f"grafana-home.partial-{os.getpid()}"
             for part in ("conf", "public"):
                 shutil.copytree(tree / part, new_home / part, symlinks=True)
-            stamp_file(settings).unlink(missing_ok=True)
+            self.stamp_file(settings).unlink(missing_ok=True)
             shutil.rmtree(home(settings), ignore_errors=True)
             os.replace(new_home, home(settings))
-            os.replace(partial, binary(settings))
+            os.replace(partial, self.binary(settings))
         finally:
             partial.unlink(missing_ok=True)
-    stamp_file(settings).write_text(STAMP + "\n")
 
 
-INSTALL_STEP = InstallStep(
+GRAFANA_BUILD = GrafanaBuild("grafana", MODULE, MODULE_VERSION, "./pkg/cmd/grafana", TAGS, "", "")
+
+
+def binary(settings: Settings) -> Path:
+    return GRAFANA_BUILD.binary(settings)
+
+
+def home(settings: Settings) -> Path:
+    """Grafana's --homepath: conf/ and public/ of the pinned module."""
+    return settings.cache_dir / "grafana-home"
+
+
+def present(settings: Settings) -> bool:
+    return GRAFANA_BUILD.present(settings)
+
+
+INSTALL_STEP = GRAFANA_BUILD.install_step(
     name="grafana",
     description=f"Grafana server (10.0.0-preview, backend only) built from {MODULE}@{MODULE_VERSION}",
     needed_by="grafana (fleetsight up), dashboards verify --grafana",
-    check=present,
-    install=install,
     eta="~7 min on 2 cores (plus ~1.5 GB of Go modules when the module cache is cold)",
 )
 

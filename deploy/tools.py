@@ -14,13 +14,12 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsight.gobuild import GoModuleBuild, make_writable
+from fleetsight.gobuild import GoModuleBuild
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, go_env, remove_leftovers, run_logged
+from fleetsight.setup import InstallError, go_env, run_logged
 
 VERSION_TIMEOUT_S = 10
 
@@ -45,48 +44,11 @@ class ToolBuild(GoModuleBuild):
     def ldflags(self) -> str:
         return " ".join(f"-X {item}" for item in self.version_vars)
 
+    def reported_version(self, settings: Settings) -> str:
+        return reported_version([self.binary(settings), *self.version_args])
+
     def reports_release(self, settings: Settings) -> bool:
-        return self.release in reported_version([self.binary(settings), *self.version_args])
-
-    def present(self, settings: Settings) -> bool:
-        binary, stamp = self.binary(settings), self.stamp_file(settings)
-        if not (binary.is_file() and stamp.is_file()) or stamp.read_text().strip() != self.stamp:
-            return False
-        return self.reports_release(settings)
-
-    def build_in(self, tree: Path, settings: Settings, log: Path) -> None:
-        """Build self.package inside tree into the binary's place (through a per-process partial file)."""
-        partial = settings.bin_dir / f"{self.binary_name}.partial-{os.getpid()}"
-        command = ["go", "build", "-ldflags", self.ldflags(), "-o", partial, self.package]
-        try:
-            run_logged(command, log, cwd=tree, env=go_env())
-            self.stamp_file(settings).unlink(missing_ok=True)
-            os.replace(partial, self.binary(settings))
-        finally:
-            partial.unlink(missing_ok=True)
-
-    def prepare(self, scratch: Path, log: Path) -> Path:
-        """The folder to build in: a writable copy of the module (see fleetsight.gobuild)."""
-        tree = scratch / "src"
-        shutil.copytree(self.download_source(log), tree, symlinks=True)
-        make_writable(tree)
-        return tree
-
-    def install(self, settings: Settings, log: Path) -> None:
-        if shutil.which("go") is None:
-            raise InstallError(f"the Go toolchain is not on PATH: install Go to build {self.binary_name}")
-        settings.bin_dir.mkdir(parents=True, exist_ok=True)
-        build_root = settings.cache_dir / "build"
-        build_root.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(settings.bin_dir, f"{self.binary_name}.partial-")
-        remove_leftovers(build_root, f"{self.binary_name}-")
-        with tempfile.TemporaryDirectory(
-            prefix=f"{self.binary_name}-{os.getpid()}-", dir=build_root
-        ) as scratch:
-            self.build_in(self.prepare(Path(scratch), log), settings, log)
-        if not self.reports_release(settings):
-            raise InstallError(f"the built {self.binary_name} does not report {self.release}")
-        self.stamp_file(settings).write_text(self.stamp + "\n")
+        return self.release in self.reported_version(settings)
 
 
 STAGING = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", re.MULTILINE)

@@ -47,12 +47,18 @@ class GoModuleBuild:
     def stamp_file(self, settings: Settings) -> Path:
         return settings.bin_dir / f"{self.binary_name}.stamp"
 
+    def reported_version(self, settings: Settings) -> str:
+        return binary_version(self.binary(settings))
+
+    def reports_release(self, settings: Settings) -> bool:
+        return f"version {self.release} " in self.reported_version(settings) + " "
+
     def present(self, settings: Settings) -> bool:
         """The binary runs and reports the pinned release, and the stamp names the pinned build."""
         binary, stamp = self.binary(settings), self.stamp_file(settings)
         if not (binary.is_file() and stamp.is_file()) or stamp.read_text().strip() != self.stamp:
             return False
-        return f"version {self.release} " in binary_version(binary) + " "
+        return self.reports_release(settings)
 
     def ldflags(self) -> str:
         return " ".join(
@@ -96,10 +102,36 @@ class GoModuleBuild:
             raise InstallError(f"go mod download answered an error: {info.get('Error', 'no Dir')}")
         return Path(info["Dir"])
 
-    def install(self, settings: Settings, log: Path) -> None:
+    # -- the build, in hooks that a module with its own needs overrides (deploy/tools.py, Grafana) --
+
+    def check_toolchain(self) -> None:
         if shutil.which("go") is None:
             raise InstallError(f"the Go toolchain is not on PATH: install Go to build {self.binary_name}")
-        source = self.download_source(log)
+
+    def prepare(self, scratch: Path, log: Path) -> Path:
+        """The folder to build in: a writable copy of the module's source."""
+        tree = scratch / "src"
+        shutil.copytree(self.download_source(log), tree, symlinks=True)
+        make_writable(tree)
+        return tree
+
+    def build_command(self, output: Path) -> list[str | os.PathLike]:
+        tags = ["-tags", self.tags] if self.tags else []
+        return ["go", "build", *tags, "-ldflags", self.ldflags(), "-o", output, self.package]
+
+    def build_in(self, tree: Path, settings: Settings, log: Path) -> None:
+        """Build inside tree into the binary's place, through a partial file named per process (two
+        setups at once, CI and a developer, must not share it)."""
+        partial = settings.bin_dir / f"{self.binary_name}.partial-{os.getpid()}"
+        try:
+            run_logged(self.build_command(partial), log, cwd=tree, env=go_env())
+            self.stamp_file(settings).unlink(missing_ok=True)
+            os.replace(partial, self.binary(settings))
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def install(self, settings: Settings, log: Path) -> None:
+        self.check_toolchain()
         settings.bin_dir.mkdir(parents=True, exist_ok=True)
         build_root = settings.cache_dir / "build"
         build_root.mkdir(parents=True, exist_ok=True)
@@ -108,30 +140,9 @@ class GoModuleBuild:
         with tempfile.TemporaryDirectory(
             prefix=f"{self.binary_name}-{os.getpid()}-", dir=build_root
         ) as scratch:
-            tree = Path(scratch) / "src"
-            shutil.copytree(source, tree, symlinks=True)
-            make_writable(tree)
-            # named per process: two setups at once (CI and a developer) must not share it
-            partial = settings.bin_dir / f"{self.binary_name}.partial-{os.getpid()}"
-            build = [
-                "go",
-                "build",
-                "-tags",
-                self.tags,
-                "-ldflags",
-                self.ldflags(),
-                "-o",
-                partial,
-                self.package,
-            ]
-            try:
-                run_logged(build, log, cwd=tree, env=go_env())
-                self.stamp_file(settings).unlink(missing_ok=True)
-                os.replace(partial, self.binary(settings))
-            finally:
-                partial.unlink(missing_ok=True)
-        reported = binary_version(self.binary(settings))
-        if self.release not in reported:
+            self.build_in(self.prepare(Path(scratch), log), settings, log)
+        if not self.reports_release(settings):
+            reported = self.reported_version(settings)
             raise InstallError(f"the built {self.binary_name} does not report {self.release}: {reported!r}")
         self.stamp_file(settings).write_text(self.stamp + "\n")
 

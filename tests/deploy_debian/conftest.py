@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,25 +15,15 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "health"))  # the health tests' helpers
 from baremetal_helpers import NODES, REAL_API, SD_REFRESH_S, DynamicSlurm
-from health_helpers import Process, fast_policy, start_health
+from health_helpers import Process, fast_policy, slurm_cluster, start_health
 
-from health.slurm_local import missing
 from support import free_port, wait_until
 
 
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[DynamicSlurm]:
-    why = missing()
-    if why:
-        pytest.fail(why)
-    folder = Path(tempfile.mkdtemp(prefix="fleetsight-test-baremetal-"))  # slurmrestd (nobody) reads it
-    cluster = DynamicSlurm(folder, NODES, free_port())
-    cluster.start()
-    try:
+    with slurm_cluster(DynamicSlurm, NODES, "fleetsight-test-baremetal-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

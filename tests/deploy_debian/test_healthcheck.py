@@ -4,19 +4,16 @@ again; with the service down, nothing is drained and the node agent's own checks
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from baremetal_helpers import REAL_API, REPO, HookedSlurm
-from health_helpers import Process, fast_policy, start_health
+from health_helpers import Process, fast_policy, slurm_cluster, start_health
 
-from health.slurm_local import missing
 from support import free_port, wait_until
 
 sys.path.insert(0, str(REPO / "deploy" / "slurm"))
@@ -28,17 +25,8 @@ TOKEN = "test-override-token-77aa"
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[HookedSlurm]:
-    why = missing()
-    if why:
-        pytest.fail(why)
-    folder = Path(tempfile.mkdtemp(prefix="fleetsight-test-hc-"))
-    cluster = HookedSlurm(folder, NODES, free_port())
-    cluster.start()
-    try:
+    with slurm_cluster(HookedSlurm, NODES, "fleetsight-test-hc-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

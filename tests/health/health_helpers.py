@@ -5,9 +5,13 @@ imported first.)"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ import pytest
 import yaml
 
 from health.component import serve_command
+from health.slurm_local import LocalSlurm, missing
 from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,3 +123,23 @@ def wait_state(url: str, node: str, state: str, timeout: float = 20) -> dict[str
         timeout=timeout,
         what=f"{node} to become {state}",
     )
+
+
+@contextlib.contextmanager
+def slurm_cluster(
+    kind: type[LocalSlurm], nodes: list[str], prefix: str, prepare: Callable[[Path], dict] | None = None
+) -> Iterator[LocalSlurm]:
+    """A real Slurm (slurmctld, slurmd, slurmrestd) of `kind` for the test; fails loudly when it is not
+    installed. Its folder is a world-readable temporary one (slurmrestd runs as nobody, pytest's tmp_path
+    is private); prepare(folder) writes what the cluster needs there first and returns its options."""
+    why = missing()
+    if why:
+        pytest.fail(why)
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = kind(folder, nodes, free_port(), **(prepare(folder) if prepare else {}))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from health_helpers import REPO, fast_policy, node_state, post_alert, start_health, wait_state
+from health_helpers import REPO, fast_policy, node_state, post_alert, slurm_cluster, start_health, wait_state
 
 from health.engine import SchedulerView
 from health.policy import Policy
-from health.slurm_local import LocalSlurm, missing
+from health.slurm_local import LocalSlurm
 from health.sources import Sources, expand_hostlist
 from support import free_port, wait_until
 
@@ -29,29 +27,24 @@ FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
 REAL_API = "http://slurmrestd/slurm/v0.0.38"  # 22.05's newest plugin; the host part is ignored on a socket
 
 
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    why = missing()
-    if why:
-        pytest.fail(why)
-    # slurmrestd runs as nobody: its folder must be reachable, unlike pytest's private tmp_path
-    folder = Path(tempfile.mkdtemp(prefix="fleetsight-test-slurm-"))
-    # slurmd runs FleetSight's prolog before every job; the health service's URL arrives later
+def write_prolog(folder: Path) -> dict[str, Path]:
+    """slurmd runs FleetSight's prolog before every job; the health service's URL arrives later. The
+    script, plus a line per run so that tests know the prolog has finished."""
     prolog = folder / "prolog.sh"
     script = REPO / "health" / "prolog.py"
-    prolog.write_text(  # the script, plus a line per run so that tests know the prolog has finished
+    prolog.write_text(
         f'#!/bin/sh\n/usr/bin/python3 {script} --timeout 2 --url "$(cat {folder}/health-url)" '
         f"2>>{folder}/prolog.err\n"
         f'rc=$?\necho "$SLURM_JOB_ID $rc" >> {folder}/prolog.done\nexit $rc\n'
     )
     prolog.chmod(0o755)
-    cluster = LocalSlurm(folder, NODES, free_port(), prolog=prolog)
-    cluster.start()
-    try:
+    return {"prolog": prolog}
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[LocalSlurm]:
+    with slurm_cluster(LocalSlurm, NODES, "fleetsight-test-slurm-", write_prolog) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
