@@ -23,6 +23,7 @@ from fleetsight.logs import setup_logging
 from fleetsight.settings import Settings
 from health.policy import DEFAULT_POLICY, PolicyError, parse_duration
 from health.policy import load as load_policy
+from twin.cli import truth_option
 from twin.history import BackfillError
 from twin.scenario import ScenarioError, parse_time
 from twin.scenario import parse_duration as scenario_duration
@@ -379,12 +380,7 @@ def print_report(report: dict[str, Any]) -> None:
     "--end", default=None, help="Time the history ends (ISO 8601; default: now, so the blocks are queryable)."
 )
 @click.option("--keep-openmetrics", is_flag=True, help="Keep the intermediate OpenMetrics file.")
-@click.option(
-    "--truth",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
-)
+@truth_option
 @agent_step_option()
 @click.option(
     "--no-agents",

@@ -13,6 +13,14 @@ from fleetsight.logs import setup_logging
 
 from .scenario import SHIPPED_DIR, ScenarioError, load, parse_duration, parse_time, resolve
 
+# The truth file's option, for every command that writes a run's folder (the evaluation layer's too).
+truth_option = click.option(
+    "--truth",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
+)
+
 
 def resolve_scenario(value: str) -> Path:
     """A path, or the name of a shipped scenario (`demo` -> twin/scenarios/demo.yaml)."""
@@ -73,12 +81,7 @@ def cli() -> None:
     help="Simulated time between rewrites of the sysfs/procfs trees "
     "(default: every tick when paced, at the end at max speed).",
 )
-@click.option(
-    "--truth",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Ground-truth file (JSON lines), outside OUT; default: OUT.truth.jsonl beside OUT.",
-)
+@truth_option
 @click.option(
     "--history",
     type=click.Path(file_okay=False, path_type=Path),
