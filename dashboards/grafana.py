@@ -11,6 +11,7 @@ kept. Provisioning is the repository's own folder, the one docker-compose.yml mo
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -174,6 +175,7 @@ def running(
         process = subprocess.Popen(command(settings), env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_ready(url, process, data_dir / "grafana.log")
+        wait_provisioned(url, process, data_dir / "grafana.log", dashboard_uids(dashboards_dir))
         yield url
     finally:
         process.terminate()
@@ -193,6 +195,35 @@ def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
             return
         time.sleep(0.2)  # polling interval of a deadline loop, not a synchronisation
     raise RuntimeError(f"grafana did not answer {url}/api/health in {READY_TIMEOUT_S:.0f} s:\n{tail(log)}")
+
+
+def dashboard_uids(folder: Path) -> list[str]:
+    """The uids of the dashboard files provisioning loads from folder."""
+    return sorted(json.loads(path.read_text()).get("uid", "") for path in folder.glob("*.json"))
+
+
+def provisioned(url: str, uids: list[str]) -> bool:
+    """Every dashboard answers. Grafana listens before its file provisioning has finished, and then
+    answers a dashboard's GET with a 500 (a nil provisioning service in this build), so /api/health
+    alone is not enough."""
+    try:
+        with httpx.Client(base_url=url, timeout=5) as client:
+            return all(client.get(f"/api/dashboards/uid/{uid}").status_code == 200 for uid in uids)
+    except httpx.HTTPError:
+        return False
+
+
+def wait_provisioned(url: str, process: subprocess.Popen, log: Path, uids: list[str]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"grafana exited ({process.returncode}); last log lines:\n{tail(log)}")
+        if provisioned(url, uids):
+            return
+        time.sleep(0.2)  # polling interval of a deadline loop, not a synchronisation
+    raise RuntimeError(
+        f"grafana did not serve the dashboards {', '.join(uids)} in {READY_TIMEOUT_S:.0f} s:\n{tail(log)}"
+    )
 
 
 def tail(log: Path, lines: int = 20) -> str:
