@@ -32,7 +32,10 @@ COMPONENTS = [
         description="Grafana 10.0.0-preview (backend, HTTP API) provisioned from dashboards/provisioning",
         command=grafana.command,
         env=grafana_env,
-        ready=lambda s: grafana.ready(s.url("grafana")),
+        ready=lambda s: (
+            grafana.ready(s.url("grafana"))
+            and grafana.provisioned(s.url("grafana"), grafana.dashboard_uids(grafana.DASHBOARDS_DIR))
+        ),
         urls=lambda s: {"api": s.url("grafana", "/api/health"), "search": s.url("grafana", "/api/search")},
         missing=grafana.missing,
         depends_on=("thanos-query",),
