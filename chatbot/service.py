@@ -13,7 +13,7 @@ import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
@@ -110,7 +110,8 @@ def create_app(
     metrics = ChatMetrics(answerer.index)
     guard = access.guard()
     limiter = RateLimiter(access.rate) if access.rate else None
-    Reader = Annotated[str, Depends(guard.require(auth.READ))]
+    reader = [Depends(guard.require(auth.READ))]
+    ask_scope = guard.require(ASK)
 
     def limit(caller: str) -> float:
         """0, or the seconds this caller must wait (counted in the metrics)."""
@@ -119,8 +120,9 @@ def create_app(
             metrics.rate_limited.inc()
         return wait
 
-    async def asker(request: Request, _: Annotated[str, Depends(guard.require(ASK))]) -> str:
+    async def asker(request: Request) -> str:
         """An ask with scope ``ask`` (or open asks), within the caller's rate (token, else address)."""
+        await ask_scope(request)
         caller = auth.caller_identity(request)
         wait = limit(caller)
         if wait:
@@ -131,8 +133,6 @@ def create_app(
                 {"Retry-After": retry_after(wait)},
             )
         return caller
-
-    Asker = Annotated[str, Depends(asker)]
 
     def answer(question: str, live: bool = True) -> Answer:
         result = answerer.answer(question, live=live)
@@ -169,8 +169,9 @@ def create_app(
         "/v1/ask",
         response_model=AskResponse,
         summary="Ask a question; the answer with citations (scope: ask)",
+        dependencies=[Depends(asker)],
     )
-    async def ask(body: AskRequest, _: Asker) -> dict[str, Any]:
+    async def ask(body: AskRequest) -> dict[str, Any]:
         # The answer runs in a worker thread under a deadline; a thread past it is left to finish on
         # its own (its live look-ups and model call have their own timeouts), the caller gets 504.
         try:
@@ -185,9 +186,11 @@ def create_app(
             ) from None
 
     @app.get(
-        "/v1/status", summary="The index (files, sections, builds) and the configured sources (scope: read)"
+        "/v1/status",
+        summary="The index (files, sections, builds) and the configured sources (scope: read)",
+        dependencies=reader,
     )
-    def status(_: Reader) -> dict[str, Any]:
+    def status() -> dict[str, Any]:
         index = answerer.index
         index.refresh()
         live = config.live
@@ -201,8 +204,8 @@ def create_app(
             "slack": slack_secret is not None,
         }
 
-    @app.get("/files/{file:path}", include_in_schema=False)
-    def cited_file(file: str, _: Reader) -> HTMLResponse:
+    @app.get("/files/{file:path}", include_in_schema=False, dependencies=reader)
+    def cited_file(file: str) -> HTMLResponse:
         """Only files the index holds are served (no path walking)."""
         sections = answerer.index.file_sections(file)
         if not sections:
