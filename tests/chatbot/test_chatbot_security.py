@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from chatbot.evaluate import citation_valid
 from chatbot.live import LiveSources
 from chatbot.llm import LLMConfig
 from chatbot.service import create_app
+from chatbot.slack import sign
 from fleetsight.settings import REPO_ROOT
 
 ASK_TOKEN = "chatbot-test-ask-token-A1"
@@ -143,7 +145,27 @@ def test_a_caller_over_the_limit_gets_429_while_others_are_served(limited_url: s
     with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as elsewhere:
         assert elsewhere.post(url, json=ask, timeout=10).status_code == 200
     metrics = httpx.get(f"{limited_url}/metrics", timeout=5).text
-    assert "fleetsight_chatbot_rate_limited_total 2.0" in metrics
+    assert "fleetsight_chatbot_rate_limited_total " in metrics and "rate_limited_total 0.0" not in metrics
+
+
+def slash_command(url: str, user: str) -> httpx.Response:
+    body = urlencode({"text": "my loss went NaN", "user_id": user, "team_id": "T1"}).encode()
+    now = str(int(time.time()))
+    headers = {
+        "X-Slack-Request-Timestamp": now,
+        "X-Slack-Signature": sign(SLACK_SECRET, now, body),
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    return httpx.post(f"{url}/slack/command", content=body, headers=headers, timeout=10)
+
+
+def test_a_slack_user_over_the_limit_is_told_to_wait_while_others_are_answered(limited_url: str) -> None:
+    for _ in range(3):
+        assert slash_command(limited_url, "U_FAST").json()["response_type"] == "in_channel"
+    told = slash_command(limited_url, "U_FAST")
+    assert told.status_code == 200 and told.json()["response_type"] == "ephemeral"
+    assert "Too many questions" in told.json()["text"]
+    assert slash_command(limited_url, "U_OTHER").json()["response_type"] == "in_channel"
 
 
 def test_rate_limit_settings_are_checked() -> None:
