@@ -20,7 +20,11 @@ from chatbot_helpers import ClusterState, health_app, psu_failure_state, serve_i
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
+from browser import console_errors, headless_chromium
 from chatbot.access import Access, Rate
 from chatbot.answer import Answerer, ChatConfig
 from chatbot.evaluate import citation_valid
@@ -229,3 +233,26 @@ def test_chatbot_api_fuzzed_from_its_schema(strict_url: str) -> None:
     assert report.by_status[200] > 0
     assert anonymous.server_errors == 0 and anonymous.schema_violations == 0, "\n".join(anonymous.failures)
     assert set(anonymous.by_status) <= {401, 413, 422}, anonymous.by_status
+
+
+def test_the_chat_page_asks_for_a_token_and_then_answers(strict_url: str) -> None:
+    """In a real browser: the first ask gets 401 and the token field appears; with the token typed in,
+    the same question is answered."""
+    with headless_chromium(width=1000, height=900) as browser:
+        browser.get(strict_url + "/")
+        wait = WebDriverWait(browser, 20)
+        token = browser.find_element(By.ID, "token")
+        assert not token.is_displayed()
+        field = wait.until(expected_conditions.element_to_be_clickable((By.ID, "question")))
+        field.send_keys("what does Xid 79 mean for my job")
+        browser.find_element(By.ID, "ask").click()
+        refused = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, ".exchange .error"))
+        assert "scope 'ask'" in refused[0].text and token.is_displayed()
+        token.send_keys(ASK_TOKEN)
+        field.send_keys("what does Xid 79 mean for my job")
+        browser.find_element(By.ID, "ask").click()
+        links = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, ".exchange a.citation"))
+        assert any("GPUFellOffBus.md" in link.get_attribute("href") for link in links)
+        assert ASK_TOKEN not in browser.page_source
+        # 401 is the page's expected path here; the console shows only that refused request
+        assert all("401" in error for error in console_errors(browser)), console_errors(browser)
