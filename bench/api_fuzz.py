@@ -3,9 +3,10 @@ the counts per API: requests sent, 5xx answers, answers that break their schema,
 
     .venv/bin/python bench/api_fuzz.py [--examples 200] [--seed N]
 
-Starts a health service (three static nodes, a token with every scope) and an anomaly service (token
-reads; its Prometheus does not exist, so it serves with its source down) on loopback, fuzzes each with
-tests/api_fuzz.py (schemathesis + hypothesis), stops them. Exits 1 if any API had a 5xx or a schema
+Starts a health service (three static nodes, a token with every scope), an anomaly service (token
+reads; its Prometheus does not exist, so it serves with its source down) and the chatbot (token reads
+and asks, no rate limit, a Slack signing secret; answers from the repository's docs) on loopback, fuzzes
+each with tests/api_fuzz.py (schemathesis + hypothesis), stops them. Exits 1 if any API had a 5xx or a schema
 violation, and prints the first failures with a curl command each.
 """
 
@@ -63,12 +64,15 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="api-fuzz-"))
     (folder / "nodes.txt").write_text("n0001\nn0002\nn0003\n")
-    health_port, anomaly_port = free_port(), free_port()
+    health_port, anomaly_port, chatbot_port = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "FLEETSIGHT_HEALTH_TOKENS": f"{TOKEN}=read,drain,override",
         "FLEETSIGHT_ANOMALY_TOKENS": f"{TOKEN}=read",
+        "FLEETSIGHT_CHATBOT_TOKENS": f"{TOKEN}=read,ask",
+        "FLEETSIGHT_SLACK_SIGNING_SECRET": "bench-fuzz-slack-secret",
     }
+    env.pop("FLEETSIGHT_CHATBOT_LLM_URL", None)
     health_cmd = serve_command(
         f"127.0.0.1:{health_port}", folder / "state", extra=("--nodes-file", str(folder / "nodes.txt"))
     )
@@ -76,9 +80,14 @@ def main() -> None:
         sys.executable, "-m", "fleetsight.cli", "anomaly", "serve", "--token-reads",
         "--prometheus-url", f"http://127.0.0.1:{free_port()}", "--listen", f"127.0.0.1:{anomaly_port}",
     ]  # fmt: skip
+    chatbot_cmd = [
+        sys.executable, "-m", "fleetsight.cli", "chatbot", "serve", "--listen", f"127.0.0.1:{chatbot_port}",
+        "--token-reads", "--token-asks", "--rate-limit", "off",
+    ]  # fmt: skip
     servers = {
         "health": (health_cmd, f"http://127.0.0.1:{health_port}", "/-/ready"),
         "anomaly": (anomaly_cmd, f"http://127.0.0.1:{anomaly_port}", "/healthz"),
+        "chatbot": (chatbot_cmd, f"http://127.0.0.1:{chatbot_port}", "/healthz"),
     }
     failed = False
     for name, (command, url, ready) in servers.items():

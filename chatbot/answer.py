@@ -16,7 +16,7 @@ import numpy as np
 
 from .index import DocIndex, Hit, Section, default_sources, tokens
 from .live import LiveContext, LiveSources, find_jobs, find_nodes, gather
-from .llm import LLMConfig, LLMError, ask_llm
+from .llm import LLMConfig, LLMError, ask_llm, injected
 
 log = logging.getLogger("chatbot.answer")
 
@@ -161,6 +161,9 @@ class ChatConfig:
     dense_min_score: float = DENSE_MIN_SCORE
     dense_weight: float = DENSE_WEIGHT
     hybrid_min_score: float = HYBRID_MIN_SCORE
+    # Secrets the service holds besides the model's key and the health token (its API tokens, Slack's
+    # signing secret): an answer that contains one is refused (chatbot/llm.py).
+    withheld: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -426,8 +429,14 @@ class Answerer:
         for citation in extractive.citations:
             section = self.index.section(citation.file, citation.section)
             passages.append((citation, section.text if section else citation.quote))
+        live = self.live_summary(context)
+        suspicious = injected(passages, live)
         try:
-            text, used = ask_llm(self.config.llm, extractive.question, passages, self.live_summary(context))
+            if suspicious:  # instructions planted in the data: the model does not get to read them
+                log.warning("event=possible_prompt_injection where=%r", suspicious)
+                raise LLMError(f"text that reads as instructions to a model in {'; '.join(suspicious)}")
+            secrets_held = (self.config.live.health_token or "", *self.config.withheld)
+            text, used = ask_llm(self.config.llm, extractive.question, passages, live, secrets_held)
         except LLMError as exc:
             extractive.mode = "extractive-fallback"
             extractive.notes.append(

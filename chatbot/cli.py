@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from .access import ASK, DEFAULT_ASK_TIMEOUT_S, DEFAULT_RATE, RATE_ENV, Access, AccessError
 from .answer import FUSIONS, MODES, Answerer
 from .config import chat_config
 from .evaluate import OUT_OF_SCOPE, Entry, QuestionSetError, Report, evaluate, load_questions
@@ -58,6 +59,31 @@ def cli() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="File holding Slack's signing secret (else $FLEETSIGHT_SLACK_SIGNING_SECRET); without: no Slack.",
 )
+@click.option(
+    "--open-reads/--token-reads",
+    default=True,
+    show_default=True,
+    help="GET /v1/status and the cited files without a token (the cluster network), or only with scope read.",
+)
+@click.option(
+    "--open-asks/--token-asks",
+    default=False,
+    show_default=True,
+    help="POST /v1/ask without a token (cluster network; rate-limited per address), or only with scope ask "
+    "(FLEETSIGHT_CHATBOT_TOKENS='tok=ask' or FLEETSIGHT_CHATBOT_TOKENS_FILE).",
+)
+@click.option(
+    "--rate-limit",
+    help=f"Asks per caller (token, else address; Slack: user) as COUNT/PERIOD, or off; default "
+    f"${RATE_ENV} or {DEFAULT_RATE}.",
+)
+@click.option(
+    "--ask-timeout",
+    type=float,
+    default=DEFAULT_ASK_TIMEOUT_S,
+    show_default=True,
+    help="Seconds an answer may take (live look-ups and model included) before the caller gets 504.",
+)
 @docs_option
 def serve(
     listen: str,
@@ -69,6 +95,10 @@ def serve(
     llm_timeout: float | None,
     public_url: str | None,
     slack_signing_secret_file: Path | None,
+    open_reads: bool,
+    open_asks: bool,
+    rate_limit: str | None,
+    ask_timeout: float,
     docs: tuple[Path, ...],
 ) -> None:
     """Run the service: POST /v1/ask, the chat page at /, Slack at POST /slack/command.
@@ -79,6 +109,8 @@ def serve(
       fleetsight chatbot serve --listen 0.0.0.0:8080 --health-url http://health:19141 \\
           --anomaly-url http://anomaly:19140 --logs-url http://opensearch:9200
       FLEETSIGHT_CHATBOT_LLM_KEY=... fleetsight chatbot serve --llm-url http://vllm:8000/v1 --llm-model qwen
+      FLEETSIGHT_CHATBOT_TOKENS_FILE=/etc/fleetsight/tokens fleetsight chatbot serve --rate-limit 10/min
+      fleetsight chatbot serve --open-asks    # anyone on the cluster network may ask (loopback here)
     """
     from . import slack
     from .service import create_app
@@ -90,8 +122,18 @@ def serve(
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"{listen!r}: use HOST:PORT, e.g. 127.0.0.1:19142", param_hint="--listen")
+    try:
+        access = Access.from_env(open_reads, open_asks, rate_limit, ask_timeout)
+    except AccessError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if not open_asks and not any(ASK in scopes for scopes in access.tokens.values()):
+        logging.getLogger("chatbot").warning(
+            "event=no_ask_tokens detail=%r",
+            "no token with scope ask (FLEETSIGHT_CHATBOT_TOKENS): POST /v1/ask refuses every caller; "
+            "Slack still answers. Add tokens, or --open-asks",
+        )
     config = chat_config(docs, health_url, anomaly_url, logs_url, llm_url, llm_model, llm_timeout)
-    app = create_app(config, slack.load_signing_secret(slack_signing_secret_file), public_url)
+    app = create_app(config, slack.load_signing_secret(slack_signing_secret_file), public_url, access)
     index = app.state.answerer.index
     if not index.sections:
         where = ", ".join(str(p) for p in config.source_paths())

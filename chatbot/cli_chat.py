@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
 import httpx
 
 from fleetsight.settings import Settings
+
+TOKEN_ENV = "FLEETSIGHT_CHATBOT_TOKEN"  # a token with scope ask, for --url (never on the command line)
 
 
 def local_url(settings: Settings, port_name: str) -> str | None:
@@ -43,6 +46,7 @@ def cli(question: tuple[str, ...], url: str | None, no_live: bool, as_json: bool
     """Ask the runbook chatbot a question; the answer cites the runbooks it quotes.
 
     In-process, live state comes from the local stack's health and anomaly services (when they run).
+    With --url, a service that needs a token gets $FLEETSIGHT_CHATBOT_TOKEN (scope ask).
 
     \b
     Examples:
@@ -53,8 +57,12 @@ def cli(question: tuple[str, ...], url: str | None, no_live: bool, as_json: bool
     text = " ".join(question)
     if url:
         try:
+            token = os.environ.get(TOKEN_ENV)
             response = httpx.post(
-                f"{url.rstrip('/')}/v1/ask", json={"question": text, "live": not no_live}, timeout=60
+                f"{url.rstrip('/')}/v1/ask",
+                json={"question": text, "live": not no_live},
+                headers={"Authorization": f"Bearer {token}"} if token else {},
+                timeout=60,
             )
         except httpx.HTTPError as exc:
             raise click.ClickException(f"the chatbot at {url} did not answer: {exc}") from exc

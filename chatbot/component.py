@@ -36,7 +36,8 @@ def command(settings: Settings) -> list[str]:
     ):
         for url in optional_url(settings, port_name):
             args += [option, url]
-    return [*args, "--public-url", settings.url("chatbot")]
+    # The local stack listens on loopback only: asking is open there (production configures tokens).
+    return [*args, "--public-url", settings.url("chatbot"), "--open-asks"]
 
 
 COMPONENTS = [

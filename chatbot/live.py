@@ -91,7 +91,7 @@ class LiveSources:
     health_url: str | None = None
     anomaly_url: str | None = None
     logs_url: str | None = None
-    health_token: str | None = None
+    health_token: str | None = field(default=None, repr=False)  # never in a repr or a log line
     timeout_s: float = 1.5
     node_pattern: str = DEFAULT_NODE_PATTERN
 

@@ -65,6 +65,11 @@ class ChatMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.rate_limited = Counter(
+            "fleetsight_chatbot_rate_limited_total",
+            "Asks refused because their caller asked too often (API: 429, Slack: told to wait)",
+            registry=self.registry,
+        )
         self.registry.register(IndexCollector(index))
 
     def record(self, answer: Answer) -> None:

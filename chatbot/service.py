@@ -1,22 +1,32 @@
 """The chatbot service: ``POST /v1/ask`` (JSON), a web chat page at ``/``, the cited files at
-``/files/<path>``, and Slack's slash command at ``POST /slack/command``."""
+``/files/<path>``, and Slack's slash command at ``POST /slack/command``.
+
+Nothing here writes: every route reads (the page, the files, the status) or asks (an answer built from
+the runbooks and live reads). Asking needs a token with scope ``ask`` unless the deployment opens it,
+reads need scope ``read`` unless open (chatbot/access.py); every caller's asks are rate-limited, every
+answer has a deadline, and bodies are capped before they are read (fleetsight/auth.py)."""
 
 from __future__ import annotations
 
 import html
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 import httpx
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
+from fleetsight import auth
+
 from . import slack
+from .access import ASK, Access, RateLimiter, retry_after
 from .answer import MAX_QUESTION_CHARS, Answer, Answerer, ChatConfig, QuestionError
 from .index import split_sections
 from .live import shared_client
@@ -27,6 +37,13 @@ log = logging.getLogger("chatbot.service")
 STATIC = Path(__file__).resolve().parent / "static"
 # A slash command's whole form body is small; refuse bigger ones before parsing them.
 MAX_SLACK_BODY = 16 * 1024
+# What the chatbot's API answers besides success (its OpenAPI schema, for clients and the fuzz).
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "The question is empty"},
+    **auth.ERROR_RESPONSES,
+    429: {"description": "This caller asked too often; Retry-After says when to ask again"},
+    504: {"description": "The answer took longer than the service's deadline"},
+}
 
 
 class AskRequest(BaseModel):
@@ -66,8 +83,17 @@ def post_to_response_url(url: str, payload: dict[str, Any]) -> None:
         log.warning("event=slack_response_failed error=%r", type(exc).__name__)
 
 
-def create_app(config: ChatConfig, slack_secret: str | None = None, public_url: str | None = None) -> FastAPI:
-    """The service around one :class:`Answerer` (its index is built here, at start-up)."""
+def create_app(
+    config: ChatConfig,
+    slack_secret: str | None = None,
+    public_url: str | None = None,
+    access: Access | None = None,
+) -> FastAPI:
+    """The service around one :class:`Answerer` (its index is built here, at start-up). ``access``
+    defaults to the command's defaults: reads open, asks need a token, 20 asks a minute per caller."""
+    access = access or Access()
+    withheld = tuple(v for v in (slack_secret, *access.tokens) if v)
+    config = replace(config, withheld=(*config.withheld, *withheld))
     answerer = Answerer(config)
     # Build the HTTP clients now: the first one loads the TLS trust store (~0.5 s), not a question's job.
     shared_client(config.live.timeout_s)
@@ -77,9 +103,36 @@ def create_app(config: ChatConfig, slack_secret: str | None = None, public_url: 
         title="FleetSight chatbot",
         version="1",
         description="Answers from the runbooks and the cluster's live state, always with citations.",
+        responses=RESPONSES,
     )
+    app.add_middleware(auth.BodyLimit)
     app.state.answerer = answerer
     metrics = ChatMetrics(answerer.index)
+    guard = access.guard()
+    limiter = RateLimiter(access.rate) if access.rate else None
+    reader = [Depends(guard.require(auth.READ))]
+    ask_scope = guard.require(ASK)
+
+    def limit(caller: str) -> float:
+        """0, or the seconds this caller must wait (counted in the metrics)."""
+        wait = limiter.take(caller) if limiter else 0.0
+        if wait:
+            metrics.rate_limited.inc()
+        return wait
+
+    async def asker(request: Request) -> str:
+        """An ask with scope ``ask`` (or open asks), within the caller's rate (token, else address)."""
+        await ask_scope(request)
+        caller = auth.caller_identity(request)
+        wait = limit(caller)
+        if wait:
+            raise HTTPException(
+                429,
+                f"too many questions from this caller: at most {access.rate} (ask again in "
+                f"{retry_after(wait)} s)",
+                {"Retry-After": retry_after(wait)},
+            )
+        return caller
 
     def answer(question: str, live: bool = True) -> Answer:
         result = answerer.answer(question, live=live)
@@ -112,11 +165,31 @@ def create_app(config: ChatConfig, slack_secret: str | None = None, public_url: 
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/ask", response_model=AskResponse, summary="Ask a question; the answer with citations")
-    def ask(body: AskRequest) -> dict[str, Any]:
-        return ask_or_4xx(body.question, body.live)
+    @app.post(
+        "/v1/ask",
+        response_model=AskResponse,
+        summary="Ask a question; the answer with citations (scope: ask)",
+        dependencies=[Depends(asker)],
+    )
+    async def ask(body: AskRequest) -> dict[str, Any]:
+        # The answer runs in a worker thread under a deadline; a thread past it is left to finish on
+        # its own (its live look-ups and model call have their own timeouts), the caller gets 504.
+        try:
+            with anyio.fail_after(access.ask_timeout_s):
+                return await anyio.to_thread.run_sync(
+                    ask_or_4xx, body.question, body.live, abandon_on_cancel=True
+                )
+        except TimeoutError:
+            log.warning("event=ask_timeout deadline_s=%g", access.ask_timeout_s)
+            raise HTTPException(
+                504, f"the answer took longer than {access.ask_timeout_s:g} s; ask again, or without live"
+            ) from None
 
-    @app.get("/v1/status", summary="The index (files, sections, builds) and the configured sources")
+    @app.get(
+        "/v1/status",
+        summary="The index (files, sections, builds) and the configured sources (scope: read)",
+        dependencies=reader,
+    )
     def status() -> dict[str, Any]:
         index = answerer.index
         index.refresh()
@@ -131,7 +204,7 @@ def create_app(config: ChatConfig, slack_secret: str | None = None, public_url: 
             "slack": slack_secret is not None,
         }
 
-    @app.get("/files/{file:path}", include_in_schema=False)
+    @app.get("/files/{file:path}", include_in_schema=False, dependencies=reader)
     def cited_file(file: str) -> HTMLResponse:
         """Only files the index holds are served (no path walking)."""
         sections = answerer.index.file_sections(file)
@@ -153,6 +226,12 @@ def create_app(config: ChatConfig, slack_secret: str | None = None, public_url: 
             log.warning("event=slack_refused reason=%r", str(exc))
             raise HTTPException(401, f"Slack signature check failed: {exc}") from exc
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", errors="replace")).items()}
+        # Slack's caller is its workspace user (the request's address is Slack's); a user over the
+        # limit is told so in Slack, ephemerally (Slack shows a bare 429 as "failed").
+        wait = limit(f"slack:{form.get('team_id', '')}:{form.get('user_id', '')}")
+        if wait:
+            text = f"Too many questions: ask again in {retry_after(wait)} s."
+            return JSONResponse({"response_type": "ephemeral", "text": text})
         question = form.get("text", "").strip()
         if not question or len(question) > MAX_QUESTION_CHARS:
             metrics.slack.labels("invalid").inc()
@@ -185,4 +264,6 @@ def create_app(config: ChatConfig, slack_secret: str | None = None, public_url: 
 def serve(app: FastAPI, host: str, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # Idle connections are closed after 5 s, and past 64 requests at once the server answers 503
+    # instead of queueing without bound.
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=5, limit_concurrency=64)

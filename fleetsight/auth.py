@@ -10,6 +10,7 @@ cluster network by configuration (``open_reads``); every other scope always need
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -65,6 +66,8 @@ class TokenGuard:
 
     tokens: Mapping[str, frozenset[str]] = field(default_factory=dict)
     open_reads: bool = True
+    # Other scopes a deployment opens to callers without a token (the chatbot's "ask", by configuration).
+    open_scopes: frozenset[str] = frozenset()
 
     def scopes_of(self, request: Request) -> frozenset[str] | None:
         """The caller's scopes; None without a token; 401 for a malformed or unknown one."""
@@ -85,7 +88,7 @@ class TokenGuard:
 
         async def check(request: Request) -> str:
             scopes = self.scopes_of(request)
-            if scope == READ and self.open_reads:
+            if (scope == READ and self.open_reads) or scope in self.open_scopes:
                 return "anonymous"
             if scopes is None:
                 raise HTTPException(
@@ -97,6 +100,15 @@ class TokenGuard:
             return request.headers["authorization"][-4:]  # who did it, without the secret
 
         return check
+
+
+def caller_identity(request: Request) -> str:
+    """Who is calling, for per-caller limits: a digest of the bearer token (never the token itself),
+    else the client's address."""
+    header = request.headers.get("authorization", "")
+    if header:
+        return "token:" + hashlib.sha256(header.encode()).hexdigest()[:16]
+    return "addr:" + (request.client.host if request.client else "unknown")
 
 
 # Request bodies FleetSight's APIs accept: a drain reason or a chat question is a few hundred bytes.

@@ -5,6 +5,11 @@ const form = document.getElementById("ask-form");
 const input = document.getElementById("question");
 const button = document.getElementById("ask");
 const answers = document.getElementById("answers");
+// Where asking needs a token (--token-asks), the person pastes theirs once; it stays in this tab only.
+const tokenInput = document.getElementById("token");
+tokenInput.value = sessionStorage.getItem("fleetsight-token") || "";
+tokenInput.hidden = !tokenInput.value;
+tokenInput.addEventListener("change", () => sessionStorage.setItem("fleetsight-token", tokenInput.value.trim()));
 
 function escapeHtml(text) {
   return text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -62,10 +67,14 @@ form.addEventListener("submit", async (event) => {
   try {
     const response = await fetch("/v1/ask", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: Object.assign(
+        { "Content-Type": "application/json" },
+        tokenInput.value.trim() ? { Authorization: `Bearer ${tokenInput.value.trim()}` } : {},
+      ),
       body: JSON.stringify({ question }),
     });
     const body = await response.json();
+    if (response.status === 401 || response.status === 403) tokenInput.hidden = false;
     if (!response.ok) {
       const box = element("div", "exchange");
       box.appendChild(element("div", "question", escapeHtml(question)));

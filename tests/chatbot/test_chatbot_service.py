@@ -41,7 +41,8 @@ def chatbot_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with log.open("w") as out:
             process = subprocess.Popen(
                 [*FLEETSIGHT, "chatbot", "serve", "--listen", f"127.0.0.1:{port}", "--health-url", health,
-                 "--anomaly-url", anomaly, "--public-url", f"http://127.0.0.1:{port}"],
+                 "--anomaly-url", anomaly, "--public-url", f"http://127.0.0.1:{port}", "--open-asks",
+                 "--rate-limit", "off"],
                 cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
