@@ -41,7 +41,7 @@ DENSE_MIN_SCORE = 0.35
 # All three calibrated on chatbot/eval/questions.yaml only (docs/chatbot.md).
 DENSE_WEIGHT = 4.0
 DECLINE_DENSE_WEIGHT = 1.5
-HYBRID_MIN_SCORE = 1.15
+HYBRID_MIN_SCORE = 1.13
 RRF_K = 60  # the usual constant of reciprocal rank fusion
 # An Xid/SXid number is an exact code: the embedding model does not know that Xid 79 is "fell off the
 # bus", and its closeness to every Xid-listing page outweighs BM25's match on the number. Questions
