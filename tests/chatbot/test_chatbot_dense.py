@@ -109,3 +109,17 @@ def test_embedding_cache_rebuilt_only_for_changed_runbooks(tmp_path: Path) -> No
     similar = again.similarities("the machine is unreachable over ssh")
     best = again.sections[int(np.argmax(similar))]
     assert best.file == "docs/runbooks/NodeDown.md"
+
+
+def test_every_runbook_says_what_its_readers_notice_and_that_text_is_embedded(hybrid: Answerer) -> None:
+    """The "What you may notice" section (the failure in its readers' words) is what a paraphrase
+    matches: every alert runbook has one, and it is among the embedded, searchable chunks."""
+    runbooks = sorted((REPO_ROOT / "docs" / "runbooks").glob("*.md"))
+    names = [p.stem for p in runbooks if p.name != "README.md"]
+    assert len(names) >= 20
+    for name in names:
+        notice = hybrid.index.section(f"docs/runbooks/{name}.md", "What you may notice")
+        assert notice is not None and len(notice.text) > 80, name
+    cosine = hybrid.index.similarities("my job stops with an error")
+    rows = [i for i, s in enumerate(hybrid.index.sections) if s.heading == "What you may notice"]
+    assert len(rows) == len(names) and all(cosine[i] != 0.0 for i in rows)
