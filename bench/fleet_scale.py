@@ -15,15 +15,40 @@ are up and a warm-up, one window is measured:
   rule groups              sum and max of prometheus_rule_group_last_duration_seconds
   query p50/p99            Thanos Query, the fleet-health dashboard's and the executive report's
                            heaviest queries, QUERY_REPEATS times each
+  anomaly / health cycle   the anomaly service (`fleetsight anomaly serve`, production's 30 s cycle
+                           and 30 s window) and the health service (`fleetsight health serve`, the
+                           policy's 5 s refresh, reading up, fleetsight_straggler and ALERTS), each
+                           pointed at Thanos Query as production runs them; per cycle: CPU seconds
+                           (/proc of the service), wall seconds (the service's own last-cycle
+                           duration after every cycle), and the seconds Thanos Query spent answering
+                           it (its http_request_duration_seconds; each service gets its own Query
+                           process over the same stores so that the timings say whose they are).
+                           Prometheus scrapes both (jobs anomaly, fleetsight-health), so the health
+                           service reads the anomaly service's stragglers as it does in production.
 
 then least squares per column against series and nodes (slope per 1,000), printed, with a plot in
 docs/images/fleet_scale.png and the figures in docs/images/fleet_scale.json.
 
-A point is skipped, and the run stops growing, when this machine cannot hold it: memory available
-under MEMORY_PER_SERIES x the expected series x 2, or scrapes slower than their interval.
+One replica vs 2 shards (--shards-at N): the same N on one Prometheus with every rule, then on two
+shards built by metrics/sharding/generate.py (hashmod on `node`, the shard-local rules on each shard)
+with Thanos Ruler evaluating the fleet-wide rules (metrics/sharding/placement.yml) through Thanos
+Query, as docs/scaling.md deploys it; the ruler's RSS, CPU and rule timings are printed with the shards.
 
-Usage: .venv/bin/python bench/fleet_scale.py [--nodes 128,256,512,1024,2048] [--window 90]
-       [--shards-at 512] [--capture DIR]
+Where the curve stops, and why, is printed as one line starting STOPPED:
+  before a point   MEMORY: the bench's processes' peak RSS predicted for it (least squares of the
+                   peaks measured so far, this run's and --earlier's) x 1.25 for the head's growth,
+                   + --memory-reserve, is more than MemAvailable;
+  after a point    a scrape slower than its job's interval, a rule group slower than its interval
+                   (a shard's or the ruler's), a consumer cycle slower than its interval, a dashboard
+                   query timing out.
+Knobs that cut the bench's own overhead without making Prometheus do less than in production:
+--no-consumers, --prometheus-flag (e.g. --storage.tsdb.head-chunks-write-queue-size=N), --gomemlimit
+(Go's soft limit, as a site sets it on a Prometheus host: more GC work near the limit, same samples).
+
+Usage: .venv/bin/python bench/fleet_scale.py [--nodes 128,256,512,1024,2048] [--window 60]
+       [--warmup 20] [--shards-at 512] [--capture DIR] [--earlier ROWS.jsonl] [--memory-reserve 1.5]
+Example (the big points, on a quiet machine): nice -n 10 .venv/bin/python bench/fleet_scale.py
+       --nodes 1024,2048 --window 60 --warmup 20 --shards-at 1024 --earlier rows.jsonl
 The machine is shared: the load average is printed with every point.
 """
 
@@ -645,11 +670,12 @@ def run_point(
             stack.stop()
 
 
-def memory_wanted(points: list[dict[str, Any]], nodes: int, reserve: int) -> tuple[int, int]:
+def memory_wanted(measured: list[tuple[int, float]], nodes: int, reserve: int) -> tuple[int, int]:
     """(predicted peak RSS of the bench's processes at ``nodes``, memory wanted before starting):
-    least squares of the measured peaks on nodes (2+ points), the last point scaled (1 point), or
-    MEMORY_PER_NODE (none); x MEMORY_GROWTH for the head's growth; + the reserve."""
-    measured = [(p["nodes"], p["bench_peak_rss"]) for p in points if p.get("bench_peak_rss")]
+    least squares of the measured (nodes, peak bytes) (2+ points: this run's and --earlier rows'),
+    the one point scaled, or MEMORY_PER_NODE (none); x MEMORY_GROWTH for the head's growth past the
+    window; + the reserve."""
+    measured = sorted(measured)
     if len(measured) >= 2:
         slope, intercept = np.polyfit(*zip(*measured, strict=True), 1)
         predicted = intercept + slope * nodes
@@ -750,8 +776,11 @@ def main() -> None:
     points: list[dict[str, Any]] = []
     reserve = int(args.memory_reserve * 2**30)
     stopped = "every point asked for was measured"
+    earlier = [json.loads(line) for line in args.earlier.read_text().splitlines()] if args.earlier else []
+    peaks = [(r["nodes"], r["bench peak RSS GiB"] * 2**30) for r in earlier if r.get("bench peak RSS GiB")]
     for nodes in (int(n) for n in args.nodes.split(",")):
-        predicted, need = memory_wanted(points, nodes, reserve)
+        peaks += [(p["nodes"], p["bench_peak_rss"]) for p in points[-1:]]
+        predicted, need = memory_wanted(peaks, nodes, reserve)
         print(f"{nodes} nodes: predicted peak RSS of the bench {predicted / 2**30:.1f} GiB, "
               f"wanted {need / 2**30:.1f} GiB, available {mem_available() / 2**30:.1f} GiB",
               flush=True)  # fmt: skip
@@ -771,7 +800,6 @@ def main() -> None:
             stopped = f"STOPPED after {nodes} nodes: " + "; ".join(reasons)
             break
     print(f"\n{stopped}", flush=True)
-    earlier = [json.loads(line) for line in args.earlier.read_text().splitlines()] if args.earlier else []
     rows = sorted(earlier + [row(p) for p in points], key=lambda r: r["nodes"])
     print(f"\nOne Prometheus replica (an HA pair costs twice this), window {args.window:.0f} s, "
           f"load average {load_average():.1f}:")  # fmt: skip
