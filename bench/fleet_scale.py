@@ -42,8 +42,9 @@ Where the curve stops, and why, is printed as one line starting STOPPED:
                    (a shard's or the ruler's), a consumer cycle slower than its interval, a dashboard
                    query timing out.
 Knobs that cut the bench's own overhead without making Prometheus do less than in production:
---no-consumers, --prometheus-flag (e.g. --storage.tsdb.head-chunks-write-queue-size=N), --gomemlimit
-(Go's soft limit, as a site sets it on a Prometheus host: more GC work near the limit, same samples).
+--no-consumers, --no-snapshot, --prometheus-flag (e.g. --storage.tsdb.head-chunks-write-queue-size=N),
+--gomemlimit (Go's soft limit, as a site sets it on a Prometheus host: more GC work near the limit,
+the same samples and rules).
 
 Usage: .venv/bin/python bench/fleet_scale.py [--nodes 128,256,512,1024,2048] [--window 60]
        [--warmup 20] [--shards-at 512] [--capture DIR] [--earlier ROWS.jsonl] [--memory-reserve 1.5]
@@ -115,6 +116,7 @@ class Options:
     """What every point runs with (the command line's knobs)."""
 
     consumers: bool = True
+    snapshot: bool = True  # the block-cost snapshot: the bench's own work, it costs Prometheus memory
     prometheus_flags: list[str] = field(default_factory=list)
     gomemlimit: str = ""  # Go's soft memory limit for Prometheus (GOMEMLIMIT), e.g. "14GiB"
 
@@ -371,7 +373,10 @@ def measure(stack: Stack, window: float, warmup: float) -> dict[str, Any]:
     ]
     ruler = ruler_figures(stack, ruler0, elapsed)
     for i, shard in enumerate(per_shard):
-        shard.update(block_cost(stack, i, shard["samples_per_s"]))
+        if stack.options.snapshot:
+            shard.update(block_cost(stack, i, shard["samples_per_s"]))
+        else:
+            shard.update(bytes_per_sample=float("nan"), index_bytes=float("nan"), block_per_h=float("nan"))
         shard["peak_rss"] = rss_bytes(pids[i], "VmHWM")  # after the snapshot, which costs memory too
     latencies = query_latencies(stack.query_port)
     return {
@@ -645,8 +650,8 @@ def plot(rows: list[dict[str, float]], fits: dict[str, dict[str, float]], path: 
     for ax, key, label in zip(axes, ("RSS GiB", "CPU cores", "block GiB/h"), titles, strict=True):
         ax.plot(nodes, [r[key] for r in rows], "o", label="measured")
         xs = np.linspace(0, max(2048, max(nodes)), 50)
-        f = fits[key]
-        ax.plot(xs, f["intercept"] + f["per_1k_nodes"] * xs / 1000, "--", label="least squares")
+        if (f := fits.get(key)) is not None:  # a column measured at fewer than 2 points has no fit
+            ax.plot(xs, f["intercept"] + f["per_1k_nodes"] * xs / 1000, "--", label="least squares")
         ax.set_xlabel("nodes (8 GPUs each)")
         ax.set_title(label)
         ax.grid(alpha=0.3)
@@ -705,6 +710,8 @@ def limits(point: dict[str, Any]) -> list[str]:
     for name, c in consumers.items():
         if c.get("wall_max_s", 0) > intervals[name]:
             found.append(f"{name}: a cycle took {c['wall_max_s']:.1f} s (interval {intervals[name]:.0f} s)")
+        if c.get("errors"):
+            found.append(f"{name}: {c['errors']:.0f} cycles failed reading Thanos Query (its log says why)")
         if not c.get("cycles"):
             found.append(f"{name}: no cycle completed in the window")
     timeouts = sum(v.get("timeouts", 0) for v in point["queries"].values())
@@ -733,6 +740,17 @@ def print_comparison(comparison: list[dict[str, Any]], nodes: int) -> None:
                   f"({c['queries']:.0f} queries)")  # fmt: skip
 
 
+def read_earlier(path: Path) -> list[dict[str, float]]:
+    """Rows of an earlier run: its figures file (docs/images/fleet_scale.json) or the JSON lines it
+    printed, one row per point."""
+    text = path.read_text()
+    try:
+        figures = json.loads(text)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return figures["rows"] if isinstance(figures, dict) else [figures]
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -743,11 +761,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--shards-at", type=int, default=512, help="N for one replica vs 2 shards (0: skip)")
     parser.add_argument("--capture", type=Path, help="a saved capture (else the twin is run first)")
     parser.add_argument(
-        "--earlier", type=Path, help="JSON lines of rows printed by an earlier run, fitted too"
+        "--earlier",
+        type=Path,
+        help="an earlier run's rows, fitted too: its figures JSON or the JSON lines it printed",
     )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "images" / "fleet_scale.png")
     parser.add_argument(
         "--no-consumers", action="store_true", help="leave out the anomaly and health services"
+    )
+    parser.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="skip the head snapshot that measures block bytes (its memory peak is the bench's, not "
+        "production's)",
     )
     parser.add_argument(
         "--memory-reserve", type=float, default=1.5, help="GiB left to the rest of the machine (default 1.5)"
@@ -767,7 +793,7 @@ def main() -> None:
     args = parse_args()
     if not THANOS.exists():
         sys.exit(f"{THANOS} is missing: run `make setup` (fleetsight setup builds Thanos)")
-    options = Options(not args.no_consumers, args.prometheus_flag, args.gomemlimit)
+    options = Options(not args.no_consumers, not args.no_snapshot, args.prometheus_flag, args.gomemlimit)
     work = Path(tempfile.mkdtemp(prefix="fleet-scale-capture-"))
     capture_dir = args.capture or work / "capture"
     if args.capture is None:
@@ -776,7 +802,7 @@ def main() -> None:
     points: list[dict[str, Any]] = []
     reserve = int(args.memory_reserve * 2**30)
     stopped = "every point asked for was measured"
-    earlier = [json.loads(line) for line in args.earlier.read_text().splitlines()] if args.earlier else []
+    earlier = read_earlier(args.earlier) if args.earlier else []
     peaks = [(r["nodes"], r["bench peak RSS GiB"] * 2**30) for r in earlier if r.get("bench peak RSS GiB")]
     for nodes in (int(n) for n in args.nodes.split(",")):
         peaks += [(p["nodes"], p["bench_peak_rss"]) for p in points[-1:]]
