@@ -85,10 +85,16 @@ SERIES_PER_NODE = 1925  # measured at 128-512 nodes (exporters + up/scrape metad
 # The memory check before a point: the bench's processes' peak RSS (Prometheus, sidecars, Thanos, the
 # load source, the consumers), predicted from the points measured so far (least squares on nodes), x
 # MEMORY_GROWTH for the head's growth past the window, + --memory-reserve for the rest of the machine.
-# Before any point: MEMORY_PER_NODE (9.13 GiB per 1,000 nodes fitted at 128-512, plus ~10 %).
-MEMORY_PER_NODE = 10.0 * 2**30 / 1000
-MEMORY_BASE = 1.0 * 2**30  # Thanos, sidecars, the consumers, the load source at small N
+# Before any point, the priors: Prometheus 9.13 GiB of RSS per 1,000 nodes (fitted at 128-512 in the
+# first run) + ~10 %; the rest (sidecar, 3 Thanos Query, the consumers, the load source) 0.64 GiB at
+# 128 nodes, most of it fixed.
+PROMETHEUS_PER_NODE = 10.0 * 2**30 / 1000
+REST_BASE = 0.5 * 2**30
+REST_PER_NODE = 1.0 * 2**30 / 1000
 MEMORY_GROWTH = 1.25
+PROMETHEUS_SHARE = 0.66  # Prometheus's part of the bench's peak RSS (1.24 of 1.88 GiB at 128 nodes)
+# A GOMEMLIMIT is soft: at 128 nodes with 600 MiB, Prometheus held 0.644 GiB (1.07x), at twice the CPU.
+GOMEMLIMIT_OVERSHOOT = 1.15
 CONSUMER_JOBS = ("anomaly", "fleetsight-health")
 ANOMALY_INTERVAL_S = 30  # production's default cycle (fleetsight anomaly serve --interval)
 QUERY_REPEATS = 5
@@ -576,6 +582,7 @@ def row(point: dict[str, Any]) -> dict[str, float]:
         "query p99 s": max(v["p99"] for v in q.values()),
         "query timeouts": sum(v.get("timeouts", 0) for v in q.values()),
         **consumer_columns(point),
+        "Prometheus peak RSS GiB": total(point, "peak_rss") / 2**30,
         "bench peak RSS GiB": point.get("bench_peak_rss", float("nan")) / 2**30,
         "loadgen CPU": point["loadgen_cpu"],
         "load avg": point["load_average"],
@@ -675,20 +682,36 @@ def run_point(
             stack.stop()
 
 
-def memory_wanted(measured: list[tuple[int, float]], nodes: int, reserve: int) -> tuple[int, int]:
-    """(predicted peak RSS of the bench's processes at ``nodes``, memory wanted before starting):
-    least squares of the measured (nodes, peak bytes) (2+ points: this run's and --earlier rows'),
-    the one point scaled, or MEMORY_PER_NODE (none); x MEMORY_GROWTH for the head's growth past the
-    window; + the reserve."""
-    measured = sorted(measured)
-    if len(measured) >= 2:
-        slope, intercept = np.polyfit(*zip(*measured, strict=True), 1)
-        predicted = intercept + slope * nodes
-    elif measured:
-        predicted = measured[-1][1] * nodes / measured[-1][0]
-    else:
-        predicted = MEMORY_BASE + MEMORY_PER_NODE * nodes
+def memory_wanted(
+    measured: list[tuple[int, float, float]], nodes: int, reserve: int, limit: int = 0
+) -> tuple[int, int]:
+    """(predicted peak RSS of the bench's processes at ``nodes``, memory wanted before starting).
+
+    ``measured``: (nodes, the bench's peak, Prometheus's peak) of the points so far (this run's and
+    --earlier rows'; Prometheus's peak NaN where a row lacks it). Prometheus and the rest are
+    predicted apart: least squares on nodes (2+ points), or one point scaled, or the priors
+    (none); with a GOMEMLIMIT, Prometheus's part is at most the limit x GOMEMLIMIT_OVERSHOOT. The
+    sum x MEMORY_GROWTH for the head's growth past the window, + the reserve, is what is wanted."""
+    prom = [(n, p if p == p else t * PROMETHEUS_SHARE) for n, t, p in sorted(measured)]
+    rest = [(n, t - p) for (n, t, _), (_, p) in zip(sorted(measured), prom, strict=True)]
+    predicted_prom = extrapolate(prom, nodes, PROMETHEUS_PER_NODE * nodes, 0.0)
+    predicted_rest = extrapolate(rest, nodes, REST_BASE + REST_PER_NODE * nodes, REST_BASE)
+    if limit:
+        predicted_prom = min(predicted_prom, limit * GOMEMLIMIT_OVERSHOOT)
+    predicted = predicted_prom + predicted_rest
     return int(predicted), int(predicted * MEMORY_GROWTH) + reserve
+
+
+def extrapolate(points: list[tuple[int, float]], nodes: int, prior: float, base: float) -> float:
+    """Least squares on nodes (2+ points); one point: its part above ``base`` scaled with the nodes,
+    never below the prior; none: the prior."""
+    if len(points) >= 2:
+        slope, intercept = np.polyfit(*zip(*points, strict=True), 1)
+        return float(intercept + slope * nodes)
+    if points:
+        n0, value = points[0]
+        return max(prior, base + (value - base) * nodes / n0)
+    return prior
 
 
 def limits(point: dict[str, Any]) -> list[str]:
@@ -738,6 +761,19 @@ def print_comparison(comparison: list[dict[str, Any]], nodes: int) -> None:
             print(f"    {name}: {c['cycles']:.0f} cycles, per cycle CPU {c['cpu_s']:.3f} s "
                   f"wall {c['wall_s']:.3f} s query {c['query_s']:.3f} s "
                   f"({c['queries']:.0f} queries)")  # fmt: skip
+
+
+def go_bytes(limit: str) -> int:
+    """A GOMEMLIMIT value in bytes (Go's suffixes B, KiB, MiB, GiB, TiB); 0 when unset."""
+    if not limit:
+        return 0
+    units = {"TiB": 2**40, "GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}
+    for unit, factor in units.items():
+        if limit.endswith(unit) and limit[: -len(unit)].replace(".", "", 1).isdigit():
+            return int(float(limit[: -len(unit)]) * factor)
+    if limit.isdigit():
+        return int(limit)
+    raise SystemExit(f"--gomemlimit {limit!r}: expected e.g. 14GiB or 600MiB (Go's GOMEMLIMIT syntax)")
 
 
 def read_earlier(path: Path) -> list[dict[str, float]]:
@@ -803,10 +839,14 @@ def main() -> None:
     reserve = int(args.memory_reserve * 2**30)
     stopped = "every point asked for was measured"
     earlier = read_earlier(args.earlier) if args.earlier else []
-    peaks = [(r["nodes"], r["bench peak RSS GiB"] * 2**30) for r in earlier if r.get("bench peak RSS GiB")]
+    peaks = [
+        (r["nodes"], r["bench peak RSS GiB"] * 2**30, r.get("Prometheus peak RSS GiB", float("nan")) * 2**30)
+        for r in earlier
+        if r.get("bench peak RSS GiB")
+    ]
     for nodes in (int(n) for n in args.nodes.split(",")):
-        peaks += [(p["nodes"], p["bench_peak_rss"]) for p in points[-1:]]
-        predicted, need = memory_wanted(peaks, nodes, reserve)
+        peaks += [(p["nodes"], p["bench_peak_rss"], total(p, "peak_rss")) for p in points[-1:]]
+        predicted, need = memory_wanted(peaks, nodes, reserve, go_bytes(args.gomemlimit))
         print(f"{nodes} nodes: predicted peak RSS of the bench {predicted / 2**30:.1f} GiB, "
               f"wanted {need / 2**30:.1f} GiB, available {mem_available() / 2**30:.1f} GiB",
               flush=True)  # fmt: skip
