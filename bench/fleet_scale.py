@@ -40,7 +40,8 @@ Where the curve stops, and why, is printed as one line starting STOPPED:
                    + --memory-reserve, is more than MemAvailable;
   after a point    a scrape slower than its job's interval, a rule group slower than its interval
                    (a shard's or the ruler's), a consumer cycle slower than its interval, a dashboard
-                   query timing out.
+                   query timing out (printed as LIMIT lines; with --keep-going the next points still
+                   run, so that the curve's figures go on past the first overrun).
 Knobs that cut the bench's own overhead without making Prometheus do less than in production:
 --no-consumers, --no-snapshot, --prometheus-flag (e.g. --storage.tsdb.head-chunks-write-queue-size=N),
 --gomemlimit (Go's soft limit, as a site sets it on a Prometheus host: more GC work near the limit,
@@ -49,7 +50,7 @@ the same samples and rules).
 Usage: .venv/bin/python bench/fleet_scale.py [--nodes 128,256,512,1024,2048] [--window 60]
        [--warmup 20] [--shards-at 512] [--capture DIR] [--earlier ROWS.jsonl] [--memory-reserve 1.5]
 Example (the big points, on a quiet machine): nice -n 10 .venv/bin/python bench/fleet_scale.py
-       --nodes 1024,2048 --window 60 --warmup 20 --shards-at 1024 --earlier rows.jsonl
+       --nodes 128,256,512,1024,2048 --window 60 --warmup 20 --shards-at 1024 --keep-going
 The machine is shared: the load average is printed with every point.
 """
 
@@ -186,7 +187,8 @@ def mem_available() -> int:
 
 
 class Stack:
-    """Load source, K Prometheus replicas (one per shard), their sidecars and Thanos Query."""
+    """Load source, K Prometheus replicas (one per shard), their sidecars, Thanos Query, Thanos Ruler
+    (K > 1: the fleet-wide rules), and the anomaly and health services with a Thanos Query each."""
 
     def __init__(self, work: Path, capture_dir: Path, nodes: int, shards: int, options: Options) -> None:
         self.work, self.nodes, self.shards, self.options = work, nodes, shards, options
@@ -602,7 +604,11 @@ def consumer_columns(point: dict[str, Any]) -> dict[str, float]:
 
 
 def print_table(rows: list[dict[str, float]]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))  # an --earlier row may lack newer columns
+    if not rows:
+        print("(no point measured)")
+        return
+    widest = max(rows, key=len)  # an --earlier row may lack newer columns
+    keys = list(dict.fromkeys([*widest, *(k for r in rows for k in r)]))
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for r in rows:
@@ -806,6 +812,12 @@ def parse_args() -> argparse.Namespace:
         "--no-consumers", action="store_true", help="leave out the anomaly and health services"
     )
     parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="go on to the next point when one overran (scrape, rule group, consumer cycle, query "
+        "timeout); the limits are still printed. Memory always stops the curve",
+    )
+    parser.add_argument(
         "--no-snapshot",
         action="store_true",
         help="skip the head snapshot that measures block bytes (its memory peak is the bench's, not "
@@ -863,9 +875,15 @@ def main() -> None:
         with open(args.out.with_suffix(".points.jsonl"), "a") as handle:  # kept if a later point fails
             handle.write(json.dumps(point) + "\n")
         if reasons := limits(point):
-            stopped = f"STOPPED after {nodes} nodes: " + "; ".join(reasons)
-            break
+            point["limits"] = reasons
+            print(f"LIMIT at {nodes} nodes: " + "; ".join(reasons), flush=True)
+            if not args.keep_going:
+                stopped = f"STOPPED after {nodes} nodes: " + "; ".join(reasons)
+                break
     print(f"\n{stopped}", flush=True)
+    for point in points:
+        if point.get("limits"):
+            print(f"  limits hit at {point['nodes']} nodes: " + "; ".join(point["limits"]))
     rows = sorted(earlier + [row(p) for p in points], key=lambda r: r["nodes"])
     print(f"\nOne Prometheus replica (an HA pair costs twice this), window {args.window:.0f} s, "
           f"load average {load_average():.1f}:")  # fmt: skip
@@ -879,11 +897,17 @@ def main() -> None:
     comparison = []
     if args.shards_at:
         single = next((p for p in points if p["nodes"] == args.shards_at), None)
-        if single is None:
-            single = run_point(capture_dir, args.shards_at, 1, args.window, args.warmup, options)
-        sharded = run_point(capture_dir, args.shards_at, 2, args.window, args.warmup, options)
-        comparison = [single, sharded]
-        print_comparison(comparison, args.shards_at)
+        peaks += [(p["nodes"], p["bench_peak_rss"], total(p, "peak_rss")) for p in points[-1:]]
+        _, need = memory_wanted(sorted(set(peaks)), args.shards_at, reserve, go_bytes(args.gomemlimit))
+        if mem_available() < need:
+            print(f"\nNo comparison at {args.shards_at} nodes: MEMORY ({need / 2**30:.1f} GiB wanted, "
+                  f"{mem_available() / 2**30:.1f} GiB available)")  # fmt: skip
+        else:
+            if single is None:
+                single = run_point(capture_dir, args.shards_at, 1, args.window, args.warmup, options)
+            sharded = run_point(capture_dir, args.shards_at, 2, args.window, args.warmup, options)
+            comparison = [single, sharded]
+            print_comparison(comparison, args.shards_at)
     if len(rows) >= 2:
         plot(rows, fits, args.out)
         print(f"\nplot: {args.out}")
