@@ -658,17 +658,27 @@ def plot(rows: list[dict[str, float]], fits: dict[str, dict[str, float]], path: 
     import matplotlib.pyplot as plt
 
     nodes = [r["nodes"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    titles = ("Prometheus RSS (GiB)", "Prometheus CPU (cores)", "block bytes per hour (GiB)")
-    for ax, key, label in zip(axes, ("RSS GiB", "CPU cores", "block GiB/h"), titles, strict=True):
-        ax.plot(nodes, [r[key] for r in rows], "o", label="measured")
-        xs = np.linspace(0, max(2048, max(nodes)), 50)
-        if (f := fits.get(key)) is not None:  # a column measured at fewer than 2 points has no fit
-            ax.plot(xs, f["intercept"] + f["per_1k_nodes"] * xs / 1000, "--", label="least squares")
+    xs = np.linspace(0, max(2048, max(nodes)), 50)
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    panels = (
+        ("Prometheus RSS (GiB)", ("RSS GiB",)),
+        ("Prometheus CPU (cores)", ("CPU cores",)),
+        ("block bytes per hour (GiB)", ("block GiB/h",)),
+        ("consumers: CPU s per cycle", ("anomaly cycle CPU s", "health cycle CPU s")),
+    )
+    for ax, (title, keys) in zip(axes, panels, strict=True):
+        for key in keys:
+            have = [r for r in rows if r.get(key) is not None and r[key] == r[key]]
+            name = key.split(" cycle")[0] if len(keys) > 1 else "measured"
+            ax.plot([r["nodes"] for r in have], [r[key] for r in have], "o", label=name)
+            if (f := fits.get(key)) is not None:  # a column measured at fewer than 2 points has no fit
+                ax.plot(
+                    xs, f["intercept"] + f["per_1k_nodes"] * xs / 1000, "--", label=f"{name}, least squares"
+                )
         ax.set_xlabel("nodes (8 GPUs each)")
-        ax.set_title(label)
+        ax.set_title(title)
         ax.grid(alpha=0.3)
-    axes[0].legend()
+        ax.legend(fontsize=7)
     fig.suptitle(
         "One Prometheus replica, FleetSight's exporters per node (measured on a shared 2-core machine)"
     )
