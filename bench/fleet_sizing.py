@@ -12,6 +12,8 @@
                    hold partly filled chunks) + one measured index per 2-hour block
   90 d at 5 min,   Thanos downsampling keeps 5 aggregates (count, sum, min, max, counter) per series
   1 y at 1 h       per window: series x 5 x windows x the same bytes per sample
+  anomaly / health CPU cores   the services' CPU seconds per cycle (least squares on nodes, when
+                   2+ points measured them) / their cycle (30 s, 5 s)
   object storage   what the compactor keeps once the replicas are merged: raw 30 d + 5 m 90 d + 1 h 1 y
                    (steady state), and what one month adds
 
@@ -40,6 +42,21 @@ def linear(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
+CONSUMER_INTERVALS = {"anomaly cycle CPU s": 30.0, "health cycle CPU s": 5.0}  # production's cycles
+
+
+def consumer_fits(rows: list[dict[str, float]]) -> dict[str, tuple[float, float, float]]:
+    """CPU cores of the anomaly and health services: CPU seconds per cycle, least squares on nodes
+    over the points that measured them (2 at least), divided by the cycle's interval."""
+    fits = {}
+    for key, interval in CONSUMER_INTERVALS.items():
+        have = [r for r in rows if r.get(key) is not None and r[key] == r[key]]
+        if len(have) >= 2:
+            slope, intercept = linear([r["nodes"] for r in have], [r[key] for r in have])
+            fits[key.split()[0] + " CPU cores"] = (slope, intercept, interval)
+    return fits
+
+
 def sizing(rows: list[dict[str, float]], points: list[dict]) -> list[dict[str, float]]:
     nodes = [r["nodes"] for r in rows]
     series = [r["series"] for r in rows]
@@ -47,10 +64,12 @@ def sizing(rows: list[dict[str, float]], points: list[dict]) -> list[dict[str, f
     rss_per_series, rss0 = linear(series, [r["RSS GiB"] * 2**30 for r in rows])
     cpu_per_series, cpu0 = linear(series, [r["CPU cores"] for r in rows])
     sps_per_series, _ = linear(series, [r["samples/s"] for r in rows])
-    per_sample = max(r["B/sample"] for r in rows)  # the least favourable measured point
+    # the least favourable measured point (a point run with --no-snapshot has none: NaN)
+    per_sample = max(r["B/sample"] for r in rows if r["B/sample"] == r["B/sample"])
     index_per_series = float(
-        np.mean([p["per_shard"][0]["index_bytes"] / p["per_shard"][0]["series"] for p in points])
+        np.nanmean([p["per_shard"][0]["index_bytes"] / p["per_shard"][0]["series"] for p in points])
     )
+    consumers = consumer_fits(rows)
     # Rule-group durations are wall time, inflated by the shared machine's load: they are reported by
     # the bench, not used here; memory and CPU time are.
     max_series = (REPLICA_RSS_BUDGET - rss0) / rss_per_series
@@ -72,6 +91,7 @@ def sizing(rows: list[dict[str, float]], points: list[dict]) -> list[dict[str, f
             "raw 30 d TiB": raw / 2**40, "5 m 90 d TiB": five / 2**40, "1 h 1 y TiB": hour / 2**40,
             "bucket TiB": (raw + five + hour) / 2**40,
             "bucket TiB added / month": (raw + five / 3 + hour / 12) / 2**40,
+            **{name: max(0.0, a + b * n) / interval for name, (b, a, interval) in consumers.items()},
         })  # fmt: skip
     print(f"from the bench: {s_per_node:.0f} series per node, {rss_per_series:.0f} B RSS per series "
           f"(+{rss0 / 2**30:.2f} GiB), {cpu_per_series * 1e6:.2f} cores per million series, "
@@ -88,6 +108,8 @@ def main() -> None:
     parser.add_argument("--figures", type=Path, default=REPO / "docs" / "images" / "fleet_scale.json")
     args = parser.parse_args()
     figures = json.loads(args.figures.read_text())
+    if len(figures["rows"]) < 2:
+        parser.error(f"{args.figures}: {len(figures['rows'])} measured point(s); the slopes need 2 or more")
     table = sizing(figures["rows"], figures["points"])
     keys = list(table[0])
     print("| " + " | ".join(keys) + " |")
