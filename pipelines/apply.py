@@ -164,7 +164,9 @@ class SearchServer:
 
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        from .es_security import client_options  # basic auth + CA from the environment (production)
+
+        self.http = httpx.Client(base_url=self.url, timeout=timeout_s, **client_options())
         self._flavour: str | None = None
 
     def request(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> httpx.Response:

@@ -223,6 +223,78 @@ def kibana_import(kibana_url: str) -> None:
     )
 
 
+@cli.command("make-secrets")
+@click.option("--out", default="secrets", show_default=True, help="Folder to write into (never overwritten).")
+@click.option(
+    "--kafka-host",
+    "kafka_hosts",
+    multiple=True,
+    default=("kafka", "localhost"),
+    show_default=True,
+    help="A name (or IP) the broker certificate is valid for: add the one nodes connect to (repeatable).",
+)
+@click.option(
+    "--es-host",
+    "es_hosts",
+    multiple=True,
+    default=("elasticsearch", "localhost"),
+    show_default=True,
+    help="A name (or IP) Elasticsearch's HTTP certificate is valid for (repeatable).",
+)
+def make_secrets(out: str, kafka_hosts: tuple[str, ...], es_hosts: tuple[str, ...]) -> None:
+    """Write the log path's secret files for docker-compose.yml: a CA and a certificate each for Kafka and
+    Elasticsearch, and a random password per Kafka and Elasticsearch user (files 0600; passwords are
+    never printed). Also kafka-node.rsyslog-param, the nodes' credential file (docs/logs.md).
+
+    \b
+    Examples:
+      fleetsight logs make-secrets --out secrets --kafka-host kafka --kafka-host logs.cluster.example.org
+    """
+    from pathlib import Path
+
+    from .kafka_security import make_production_secrets
+
+    hosts = tuple(dict.fromkeys(kafka_hosts))
+    try:
+        written = make_production_secrets(Path(out), hosts, tuple(dict.fromkeys(es_hosts)))
+    except KafkaSecurityError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+@cli.command("es-security")
+@click.option("--url", "search_url", required=True, help="Elasticsearch URL (https).")
+@click.option(
+    "--secrets-dir",
+    default="/run/secrets",
+    show_default=True,
+    help="Where the users' password files (security/elasticsearch.yml's password_secret) are.",
+)
+def es_security(search_url: str, secrets_dir: str) -> None:
+    """Create or update the Elasticsearch roles and users of pipelines/security/elasticsearch.yml (least
+    privilege: Logstash writes the log indices, ElastAlert and readers read them, `logs apply` manages
+    templates and pipelines) and kibana_system's password. Run as the `elastic` superuser, whose
+    credential comes from FLEETSIGHT_LOGS_USERNAME / FLEETSIGHT_LOGS_PASSWORD_FILE / FLEETSIGHT_LOGS_CA_FILE.
+
+    \b
+    Examples:
+      FLEETSIGHT_LOGS_USERNAME=elastic FLEETSIGHT_LOGS_PASSWORD_FILE=/run/secrets/elastic-password \\
+        FLEETSIGHT_LOGS_CA_FILE=/run/secrets/elasticsearch-ca.pem \\
+        fleetsight logs es-security --url https://elasticsearch:9200
+    """
+    from pathlib import Path
+
+    from .es_security import SecurityError, apply_security
+
+    try:
+        written = apply_security(search_url, Path(secrets_dir))
+    except SecurityError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for kind, name in written:
+        console.print(f"{kind} {name}: applied")
+
+
 @cli.command("rsyslog-config")
 @click.option("--role", type=click.Choice(["node", "shipper"]), default="node", show_default=True)
 @click.option(

@@ -154,8 +154,12 @@ def openssl(*args: str) -> None:
         raise KafkaSecurityError(f"openssl {args[0]} failed: {result.stderr.strip()[-500:]}")
 
 
-def make_certificates(target: Path, hosts: tuple[str, ...]) -> None:
-    """A CA and the broker's certificate for hosts (IP addresses or DNS names), signed by it."""
+def make_certificates(
+    target: Path, hosts: tuple[str, ...], cn: str = BROKER_CN, keep_parts: bool = False
+) -> None:
+    """A CA (ca.pem, ca.key) and a server certificate for hosts (IP addresses or DNS names) signed by it:
+    broker.pem (key + certificate, Kafka's PEM keystore), and with keep_parts also broker.key and
+    broker.crt apart (Elasticsearch's form)."""
     ca_key, ca_pem = target / "ca.key", target / "ca.pem"
     key, csr, cert = target / "broker.key", target / "broker.csr", target / "broker.crt"
     curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
@@ -164,7 +168,7 @@ def make_certificates(target: Path, hosts: tuple[str, ...]) -> None:
         "-subj", "/CN=fleetsight-kafka-ca", "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign",
     )  # fmt: skip
-    openssl("req", *curve, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={BROKER_CN}")
+    openssl("req", *curve, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={cn}")
     names = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts)
     extensions = target / "broker.ext"
     extensions.write_text(
@@ -176,7 +180,8 @@ def make_certificates(target: Path, hosts: tuple[str, ...]) -> None:
         "-out", str(cert), "-days", str(CERT_DAYS), "-extfile", str(extensions),
     )  # fmt: skip
     write_private(target / "broker.pem", key.read_text() + cert.read_text())
-    for leftover in (key, csr, cert, extensions, target / "ca.srl"):
+    parts = () if keep_parts else (key, cert)
+    for leftover in (*parts, csr, extensions, target / "ca.srl"):
         leftover.unlink(missing_ok=True)
 
 
@@ -336,3 +341,46 @@ def librdkafka_dir(target: Path) -> Path:
         link.unlink(missing_ok=True)
         link.symlink_to(wanted)
     return target
+
+
+# -- production material ------------------------------------------------------------------------------
+
+PASSWORD_SECRETS = (
+    "kafka-admin-password",
+    "kafka-node-password",
+    "kafka-shipper-password",
+    "elastic-password",
+    "es-logstash-password",
+    "es-elastalert-password",
+    "es-logs-admin-password",
+    "es-kibana-import-password",
+    "es-reader-password",
+    "es-kibana-system-password",
+)
+
+
+def make_production_secrets(out: Path, kafka_hosts: tuple[str, ...], es_hosts: tuple[str, ...]) -> list[Path]:
+    """Every secret file docker-compose.yml names for the log path, into out (refusing to overwrite):
+    Kafka's CA and broker keystore, Elasticsearch's CA and HTTP certificate, random passwords, and
+    ``kafka-node.rsyslog-param`` for the nodes (/etc/fleetsight/kafka/fleetsight-node.rsyslog-param)."""
+    passwords = {name: secrets.token_urlsafe(24) for name in PASSWORD_SECRETS}
+    files: dict[str, str] = {f"{name}": value + "\n" for name, value in passwords.items()}
+    files["kafka-node.rsyslog-param"] = f"sasl.password={passwords['kafka-node-password']}"
+    with tempfile.TemporaryDirectory() as scratch:
+        kafka, es = Path(scratch) / "kafka", Path(scratch) / "es"
+        kafka.mkdir()
+        es.mkdir()
+        make_certificates(kafka, kafka_hosts)
+        make_certificates(es, es_hosts, cn="fleetsight-elasticsearch", keep_parts=True)
+        files["kafka-ca.pem"] = (kafka / "ca.pem").read_text()
+        files["kafka-broker.pem"] = (kafka / "broker.pem").read_text()
+        files["elasticsearch-ca.pem"] = (es / "ca.pem").read_text()
+        files["elasticsearch-http.pem"] = (es / "broker.crt").read_text()
+        files["elasticsearch-http.key"] = (es / "broker.key").read_text()
+    existing = [name for name in files if (out / name).exists()]
+    if existing:
+        raise KafkaSecurityError(f"{out} already has {', '.join(sorted(existing))}: move them away first")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        write_private(out / name, text)
+    return [out / name for name in sorted(files)]
