@@ -356,12 +356,32 @@ PASSWORD_SECRETS = (
     "es-kibana-import-password",
     "es-reader-password",
     "es-kibana-system-password",
+    "exporters-scrape-password",
 )
+EXPORTER_SERVER_NAME = "fleetsight-exporter"
+"""The one name the exporters' shared certificate is issued for; Prometheus checks it (tls_config
+server_name in metrics/prometheus.yml), whatever address it scrapes."""
+
+
+def exporters_web_config(password: str) -> str:
+    """exporter-toolkit's web configuration: TLS with the shared certificate, basic auth for the user
+    ``prometheus`` (the bcrypt hash of password)."""
+    import bcrypt
+
+    digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=10)).decode()
+    return (
+        "# Written by `fleetsight logs make-secrets`; check with `promtool check web-config FILE`.\n"
+        "tls_server_config:\n"
+        "  cert_file: /etc/fleetsight/exporters-tls.pem\n"
+        "  key_file: /etc/fleetsight/exporters-tls.key\n"
+        f"basic_auth_users:\n  prometheus: {digest}\n"
+    )
 
 
 def make_production_secrets(out: Path, kafka_hosts: tuple[str, ...], es_hosts: tuple[str, ...]) -> list[Path]:
     """Every secret file docker-compose.yml names for the log path, into out (refusing to overwrite):
-    Kafka's CA and broker keystore, Elasticsearch's CA and HTTP certificate, random passwords, and
+    Kafka's CA and broker keystore, Elasticsearch's CA and HTTP certificate, the exporters' certificate
+    and web configuration (with Prometheus's scrape password), random passwords, and
     ``kafka-node.rsyslog-param`` for the nodes (/etc/fleetsight/kafka/fleetsight-node.rsyslog-param)."""
     passwords = {name: secrets.token_urlsafe(24) for name in PASSWORD_SECRETS}
     files: dict[str, str] = {f"{name}": value + "\n" for name, value in passwords.items()}
@@ -377,6 +397,13 @@ def make_production_secrets(out: Path, kafka_hosts: tuple[str, ...], es_hosts: t
         files["elasticsearch-ca.pem"] = (es / "ca.pem").read_text()
         files["elasticsearch-http.pem"] = (es / "broker.crt").read_text()
         files["elasticsearch-http.key"] = (es / "broker.key").read_text()
+        exporters = Path(scratch) / "exporters"
+        exporters.mkdir()
+        make_certificates(exporters, (EXPORTER_SERVER_NAME,), cn=EXPORTER_SERVER_NAME, keep_parts=True)
+        files["exporters-ca.pem"] = (exporters / "ca.pem").read_text()
+        files["exporters-tls.pem"] = (exporters / "broker.crt").read_text()
+        files["exporters-tls.key"] = (exporters / "broker.key").read_text()
+    files["exporters-web-config.yml"] = exporters_web_config(passwords["exporters-scrape-password"])
     existing = [name for name in files if (out / name).exists()]
     if existing:
         raise KafkaSecurityError(f"{out} already has {', '.join(sorted(existing))}: move them away first")

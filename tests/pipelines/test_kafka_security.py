@@ -22,7 +22,7 @@ from pipelines.logclasses import BY_NAME
 from support import wait_until
 
 LOG_TOPIC = BY_NAME["bmc"].topic  # a raw-class topic: nothing else in the session asserts its counts
-REFUSED_WITHIN_S = 6.0
+REFUSED_WITHIN_S = 3.0
 
 
 def errors_of(config: dict[str, Any]) -> tuple[dict[str, Any], list[KafkaError]]:
