@@ -212,7 +212,8 @@ COMPONENTS = [
         ready=kafka_ready,
         urls=lambda s: {"bootstrap": kafka_bootstrap(s)},
         missing=lambda s: (
-            None if install.kafka_present(s) else "not installed: Kafka (run `fleetsight setup`)"
+            ("not installed: Kafka (run `fleetsight setup`)" if not install.kafka_present(s) else None)
+            or missing_binary("openssl")  # makes the CA and the broker's certificate
         ),
         ready_timeout_s=120.0,
     ),
