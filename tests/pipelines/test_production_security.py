@@ -5,15 +5,27 @@ the ACL file, the Logstash pipeline and the Elasticsearch roles. docs/security.m
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from fleetsight.settings import Settings
 from pipelines.es_security import SECURITY_FILE
-from pipelines.kafka_security import ACLS_FILE, NODE_USER, SHIPPER_USER, acl_rules
+from pipelines.install import kafka_java_command, kafka_present
+from pipelines.kafka_security import (
+    ACLS_FILE,
+    NODE_USER,
+    SHIPPER_USER,
+    USERS,
+    acl_rules,
+    make_production_secrets,
+)
 from pipelines.logclasses import topic_specs
 from support import REPO_ROOT
 
@@ -86,7 +98,64 @@ def test_kafka_authenticates_with_scram_and_authorizes_with_acls_only() -> None:
     # No password in the committed files: the start script adds the JAAS line from a Docker secret.
     assert "password" not in KAFKA_PROPERTIES.read_text().lower().replace("passwords", "")
     start = (KAFKA_PROPERTIES.parent / "start.sh").read_text()
-    assert "/run/secrets/" in start and "umask 077" in start and "@/tmp/scram.args" in start
+    assert "/run/secrets" in start and "umask 077" in start and "@$tmp/scram.args" in start
+
+
+def test_the_compose_start_script_formats_kraft_with_the_scram_users(tmp_path: Path) -> None:
+    """pipelines/kafka/compose/start.sh, run for real with the image's paths pointed at this machine's
+    Kafka jars and at the files `logs make-secrets` writes: Kafka's own StorageTool accepts the compose
+    properties and the SCRAM users land in the KRaft bootstrap metadata; no password leaks out."""
+    settings = Settings()
+    if not kafka_present(settings):
+        pytest.fail("Kafka is not installed here: run `fleetsight setup`")
+    secrets_dir = tmp_path / "secrets"
+    make_production_secrets(secrets_dir, ("kafka", "localhost"), ("elasticsearch", "localhost"))
+    conf, data, home, scratch = (tmp_path / name for name in ("conf", "data", "kafka", "tmp"))
+    for folder in (conf, home / "bin", scratch):
+        folder.mkdir(parents=True)
+    text = KAFKA_PROPERTIES.read_text().replace("log.dirs=/var/lib/kafka/data", f"log.dirs={data}")
+    (conf / "server.properties").write_text(text)
+    storage = shlex.join(kafka_java_command(settings, "kafka.tools.StorageTool", heap="128m"))
+    (home / "bin" / "kafka-storage.sh").write_text(f'#!/bin/sh\nexec {storage} "$@"\n')
+    (home / "bin" / "kafka-server-start.sh").write_text('#!/bin/sh\necho "would start Kafka with $1"\n')
+    for shim in (home / "bin").iterdir():
+        shim.chmod(0o755)
+    environment = SERVICES["kafka"]["environment"]
+    result = subprocess.run(
+        ["bash", str(KAFKA_PROPERTIES.parent / "start.sh")],
+        env={
+            **os.environ,
+            "CLUSTER_ID": environment["CLUSTER_ID"],
+            "FLEETSIGHT_KAFKA_EXTERNAL_HOST": "localhost",
+            "FLEETSIGHT_KAFKA_HOME": str(home),
+            "FLEETSIGHT_KAFKA_SECRETS": str(secrets_dir),
+            "FLEETSIGHT_KAFKA_CONF": str(conf),
+            "FLEETSIGHT_KAFKA_TMP": str(scratch),
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert f"would start Kafka with {scratch / 'server.properties'}" in output
+    checkpoint = (data / "bootstrap.checkpoint").read_bytes()
+    assert (data / "meta.properties").is_file()
+    passwords = [
+        (secrets_dir / f"kafka-{user.removeprefix('fleetsight-')}-password").read_text().strip()
+        for user in USERS
+    ]
+    for user, password in zip(USERS, passwords, strict=True):
+        assert user.encode() in checkpoint, f"no SCRAM credential for {user}"
+        assert password.encode() not in checkpoint, "KRaft keeps salted hashes only"
+        assert password not in output
+    assert not (scratch / "scram.args").exists()
+    runtime = scratch / "server.properties"
+    assert (
+        runtime.stat().st_mode & 0o077 == 0
+        and (scratch / "admin-client.properties").stat().st_mode & 0o077 == 0
+    )
+    assert "advertised.listeners=INTERNAL://kafka:9092,EXTERNAL://localhost:19092" in runtime.read_text()
 
 
 def test_the_acl_model_is_produce_only_for_nodes_and_consume_only_for_shippers() -> None:
