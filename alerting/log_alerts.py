@@ -80,11 +80,13 @@ def local_config_path(settings: Settings) -> Path:
 
 def local_config(settings: Settings) -> dict:
     config = yaml.safe_load(PRODUCTION_CONFIG.read_text())
+    config.pop("ca_certs", None)  # the local OpenSearch speaks plain HTTP on loopback
     config.update(
         {
             "es_host": "127.0.0.1",
             "es_port": settings.port("opensearch"),
             "rules_folder": str(local_rules_dir(settings)),
+            "use_ssl": False,
         }
     )
     return config

@@ -29,6 +29,8 @@ from confluent_kafka import Producer
 from logs_common import LINES, Stack, session_cpu_seconds
 
 from pipelines.apply import apply_all
+from pipelines.component import kafka_client
+from pipelines.kafka_security import NODE_USER
 from pipelines.logclasses import BY_NAME
 from pipelines.rsyslog_conf import edge_file_config
 
@@ -98,8 +100,8 @@ def edge_documents(work: Path, count: int) -> list[dict]:
     return documents
 
 
-def produce(bootstrap: str, documents: list[dict]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "zstd",
+def produce(client: dict[str, str], documents: list[dict]) -> None:
+    producer = Producer({**client, "linger.ms": 20, "compression.type": "zstd",
                          "queue.buffering.max.messages": 1_000_000})  # fmt: skip
     for n, document in enumerate(documents):
         producer.produce(EDGE_TOPIC, json.dumps(document).encode(), key=document["host"]["name"].encode())
@@ -118,18 +120,18 @@ def drain(stack: Stack, work: Path, count: int, warmup: int, cpu_line: callable)
     """Pre-fill Kafka with `count` edge documents, then time the shipper's drain to searchable."""
     settings = stack.settings
     url, bootstrap = settings.url("opensearch"), f"127.0.0.1:{settings.port('kafka')}"
-    apply_all(bootstrap, url)
+    apply_all(bootstrap, url, kafka_client(settings))
     out = []
     documents = edge_documents(work, warmup + count)
     if warmup:
         # A fresh JVM compiles its hot paths on the first tens of thousands of documents.
-        produce(bootstrap, documents[:warmup])
+        produce(kafka_client(settings, NODE_USER), documents[:warmup])
         stack.start("logs-shipper")
         _wait(lambda: searchable(url) >= warmup, 900, "the warm-up drain")
         stack.stop("logs-shipper")
         out.append(f"warm-up: {warmup:,} edge documents indexed first (not counted)")
     base = searchable(url)
-    produce(bootstrap, documents[warmup:])
+    produce(kafka_client(settings, NODE_USER), documents[warmup:])
     out.append(f"Kafka pre-filled with {count:,} edge documents; shipper stopped until now")
     # The shipper's preparation (`logs apply`, its configuration) is not part of the drain.
     stack.components["logs-shipper"].prepare(settings)

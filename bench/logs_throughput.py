@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from logs_common import Stack, free_base, node_records
 
 from fleetsight.settings import Settings
+from pipelines.component import kafka_client
+from pipelines.kafka_security import NODE_USER
 
 STACK = ("kafka", "opensearch", "logs-shipper")
 INDICES = "fleetsight-logs-*"
@@ -60,8 +62,8 @@ def indexed_total(url: str) -> int:
     return stats["_all"]["primaries"].get("indexing", {}).get("index_total", 0)
 
 
-def produce(bootstrap: str, records: list[tuple[str, dict]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "zstd",
+def produce(client: dict[str, str], records: list[tuple[str, dict]]) -> None:
+    producer = Producer({**client, "linger.ms": 20, "compression.type": "zstd",
                          "queue.buffering.max.messages": 1_000_000})  # fmt: skip
     for n, (topic, record) in enumerate(records):
         # keyed by node, as the node-side rsyslog's records would be partitioned
@@ -77,7 +79,7 @@ def throughput(stack: Stack, lines: int, start: int = 0) -> tuple[float, float]:
     records = node_records(lines, start=start)  # built before the clock starts
     base = indexed_total(url)
     began = time.monotonic()
-    producer = threading.Thread(target=produce, args=(f"127.0.0.1:{stack.settings.port('kafka')}", records))
+    producer = threading.Thread(target=produce, args=(kafka_client(stack.settings, NODE_USER), records))
     producer.start()
     samples: list[tuple[float, int]] = []
     while (done := indexed_total(url) - base) < lines:

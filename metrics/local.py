@@ -107,8 +107,17 @@ def declared_jobs(settings: Settings) -> dict[str, dict[str, Any]]:
     return jobs
 
 
+# Production scrapes the exporters over TLS with basic auth; the local stack's exporters and the twin
+# serve plain HTTP on loopback, so these keys stay in production only.
+SCRAPE_SECURITY_KEYS = ("scheme", "tls_config", "basic_auth", "authorization")
+
+
 def without_addresses(job: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in job.items() if not key.endswith(ADDRESS_KEYS_SUFFIX)}
+    return {
+        key: value
+        for key, value in job.items()
+        if not key.endswith(ADDRESS_KEYS_SUFFIX) and key not in SCRAPE_SECURITY_KEYS
+    }
 
 
 def addresses_of(job: dict[str, Any]) -> dict[str, Any]:

@@ -38,8 +38,11 @@ class Outcome:
 # -- Kafka ------------------------------------------------------------------------------------------
 
 
-def apply_topics(bootstrap: str, timeout_s: float = 30.0) -> list[Outcome]:
-    """Create missing topics, add partitions, and bring topic configs to topics.yaml's values."""
+def apply_topics(
+    bootstrap: str, timeout_s: float = 30.0, client: dict[str, str] | None = None
+) -> list[Outcome]:
+    """Create missing topics, add partitions, and bring topic configs to topics.yaml's values. client:
+    librdkafka settings of the admin credential (SASL_SSL), none for a PLAINTEXT broker."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import (
         AdminClient,
@@ -50,7 +53,9 @@ def apply_topics(bootstrap: str, timeout_s: float = 30.0) -> list[Outcome]:
         NewTopic,
     )
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000)})
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout_s * 1000), **(client or {})}
+    )
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -90,6 +95,67 @@ def apply_topics(bootstrap: str, timeout_s: float = 30.0) -> list[Outcome]:
     return outcomes
 
 
+def acl_binding(row: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBinding(
+        ResourceType[row["resource"].upper()],
+        row["name"],
+        ResourcePatternType[row["pattern"].upper()],
+        f"User:{row['user']}",
+        "*",
+        AclOperation[row["operation"].upper()],
+        AclPermissionType.ALLOW,
+    )
+
+
+def apply_acls(bootstrap: str, client: dict[str, str], timeout_s: float = 30.0) -> list[Outcome]:
+    """Create the ACLs of kafka/acls.yaml that the broker lacks (one outcome per user). ACLs the file
+    no longer names are reported, not removed: an operator may have added them on purpose."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from .kafka_security import acl_rules
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client})
+    any_acl = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    try:
+        existing = set(admin.describe_acls(any_acl, request_timeout=timeout_s).result(timeout_s))
+        wanted = [acl_binding(row) for row in acl_rules()]
+        missing = [binding for binding in wanted if binding not in existing]
+        if missing:
+            for future in admin.create_acls(missing, request_timeout=timeout_s).values():
+                future.result(timeout_s)
+    except KafkaException as exc:
+        raise ApplyError(f"Kafka at {bootstrap} refused the ACLs: {exc}") from exc
+    outcomes = []
+    for principal in sorted({binding.principal for binding in wanted}):
+        added = sum(binding.principal == principal for binding in missing)
+        total = sum(binding.principal == principal for binding in wanted)
+        status = "created" if added == total else "updated" if added else "unchanged"
+        outcomes.append(Outcome("acl", principal, status, f"{total} grants, {added} added"))
+    extra = existing - set(wanted)
+    if extra:
+        names = ", ".join(sorted({binding.principal for binding in extra}))
+        outcomes.append(Outcome("acl", "(not in acls.yaml)", "skipped", f"{len(extra)} kept: {names}"))
+    return outcomes
+
+
 # -- OpenSearch / Elasticsearch --------------------------------------------------------------------
 
 
@@ -98,7 +164,9 @@ class SearchServer:
 
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        from .es_security import client_options  # basic auth + CA from the environment (production)
+
+        self.http = httpx.Client(base_url=self.url, timeout=timeout_s, **client_options())
         self._flavour: str | None = None
 
     def request(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> httpx.Response:
@@ -238,10 +306,16 @@ def apply_search(url: str) -> list[Outcome]:
     return [*apply_pipelines(server), *apply_policies(server), *apply_templates(server)]
 
 
-def apply_all(bootstrap: str | None, search_url: str | None) -> list[Outcome]:
+def apply_all(
+    bootstrap: str | None, search_url: str | None, kafka_client: dict[str, str] | None = None
+) -> list[Outcome]:
+    """Topics (and, on a secured broker, i.e. with kafka_client's credentials, the ACLs), then the
+    search side."""
     outcomes: list[Outcome] = []
     if bootstrap:
-        outcomes += apply_topics(bootstrap)
+        outcomes += apply_topics(bootstrap, client=kafka_client)
+        if kafka_client and kafka_client.get("security.protocol", "PLAINTEXT") != "PLAINTEXT":
+            outcomes += apply_acls(bootstrap, kafka_client)
     if search_url:
         outcomes += apply_search(search_url)
     return outcomes

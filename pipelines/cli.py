@@ -14,12 +14,26 @@ from fleetsight.settings import Settings
 
 from . import search as search_mod
 from .apply import ApplyError, apply_all
+from .kafka_security import KafkaSecurityError
 
 console = Console()
 
 
 def default_kafka() -> str:
     return f"127.0.0.1:{Settings().port('kafka')}"
+
+
+def kafka_credentials(explicit: bool) -> dict[str, str] | None:
+    """The admin credential: FLEETSIGHT_KAFKA_USERNAME/_PASSWORD_FILE/_CA_FILE, else (for the local
+    stack's broker, i.e. no --kafka) the local stack's own; None: a PLAINTEXT broker."""
+    from . import kafka_security as security
+    from .component import kafka_secrets
+
+    auth = security.client_auth_from_env()
+    if auth is None and not explicit:
+        local = kafka_secrets(Settings())
+        auth = local.client(security.ADMIN_USER) if local.complete() else None
+    return auth.librdkafka() if auth else None
 
 
 def default_search_url() -> str:
@@ -48,20 +62,28 @@ def cli() -> None:
 @click.option("--skip-kafka", is_flag=True, help="Leave Kafka alone (only the search side).")
 @click.option("--skip-search", is_flag=True, help="Leave OpenSearch/Elasticsearch alone (only topics).")
 def apply(bootstrap: str | None, search_url: str | None, skip_kafka: bool, skip_search: bool) -> None:
-    """Create or update the Kafka topics, ingest pipelines, lifecycle policies (ISM on OpenSearch, ILM on
-    Elasticsearch) and index templates. Idempotent: a second run reports everything unchanged.
+    """Create or update the Kafka topics and ACLs (kafka/acls.yaml), ingest pipelines, lifecycle policies
+    (ISM on OpenSearch, ILM on Elasticsearch) and index templates. Idempotent: a second run reports
+    everything unchanged.
+
+    A secured broker (SASL_SSL, SCRAM-SHA-512) takes the admin credential from the environment:
+    FLEETSIGHT_KAFKA_USERNAME, FLEETSIGHT_KAFKA_PASSWORD_FILE (a file holding the password) and
+    FLEETSIGHT_KAFKA_CA_FILE; the ACLs are applied only then. The local stack's broker needs none.
 
     \b
     Examples:
       fleetsight logs apply
-      fleetsight logs apply --kafka kafka-1:9092,kafka-2:9092 --url http://elasticsearch:9200
+      FLEETSIGHT_KAFKA_USERNAME=fleetsight-admin FLEETSIGHT_KAFKA_PASSWORD_FILE=/run/secrets/kafka_admin \\
+        FLEETSIGHT_KAFKA_CA_FILE=/etc/fleetsight/kafka-ca.pem \\
+        fleetsight logs apply --kafka kafka-1:9094,kafka-2:9094 --url https://elasticsearch:9200
       fleetsight logs apply --skip-kafka --url http://127.0.0.1:9200
     """
     kafka = None if skip_kafka else (bootstrap or default_kafka())
     url = None if skip_search else (search_url or default_search_url())
     try:
-        outcomes = apply_all(kafka, url)
-    except ApplyError as exc:
+        credentials = kafka_credentials(explicit=bootstrap is not None) if kafka else None
+        outcomes = apply_all(kafka, url, credentials)
+    except (ApplyError, KafkaSecurityError) as exc:
         raise click.ClickException(str(exc)) from exc
     table = Table(title="fleetsight logs apply")
     for column in ("kind", "name", "status"):
@@ -201,6 +223,78 @@ def kibana_import(kibana_url: str) -> None:
     )
 
 
+@cli.command("make-secrets")
+@click.option("--out", default="secrets", show_default=True, help="Folder to write into (never overwritten).")
+@click.option(
+    "--kafka-host",
+    "kafka_hosts",
+    multiple=True,
+    default=("kafka", "localhost"),
+    show_default=True,
+    help="A name (or IP) the broker certificate is valid for: add the one nodes connect to (repeatable).",
+)
+@click.option(
+    "--es-host",
+    "es_hosts",
+    multiple=True,
+    default=("elasticsearch", "localhost"),
+    show_default=True,
+    help="A name (or IP) Elasticsearch's HTTP certificate is valid for (repeatable).",
+)
+def make_secrets(out: str, kafka_hosts: tuple[str, ...], es_hosts: tuple[str, ...]) -> None:
+    """Write the log path's secret files for docker-compose.yml: a CA and a certificate each for Kafka and
+    Elasticsearch, and a random password per Kafka and Elasticsearch user (files 0600; passwords are
+    never printed). Also kafka-node.rsyslog-param, the nodes' credential file (docs/logs.md).
+
+    \b
+    Examples:
+      fleetsight logs make-secrets --out secrets --kafka-host kafka --kafka-host logs.cluster.example.org
+    """
+    from pathlib import Path
+
+    from .kafka_security import make_production_secrets
+
+    hosts = tuple(dict.fromkeys(kafka_hosts))
+    try:
+        written = make_production_secrets(Path(out), hosts, tuple(dict.fromkeys(es_hosts)))
+    except KafkaSecurityError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for path in written:
+        console.print(f"wrote {path}")
+
+
+@cli.command("es-security")
+@click.option("--url", "search_url", required=True, help="Elasticsearch URL (https).")
+@click.option(
+    "--secrets-dir",
+    default="/run/secrets",
+    show_default=True,
+    help="Where the users' password files (security/elasticsearch.yml's password_secret) are.",
+)
+def es_security(search_url: str, secrets_dir: str) -> None:
+    """Create or update the Elasticsearch roles and users of pipelines/security/elasticsearch.yml (least
+    privilege: Logstash writes the log indices, ElastAlert and readers read them, `logs apply` manages
+    templates and pipelines) and kibana_system's password. Run as the `elastic` superuser, whose
+    credential comes from FLEETSIGHT_LOGS_USERNAME / FLEETSIGHT_LOGS_PASSWORD_FILE / FLEETSIGHT_LOGS_CA_FILE.
+
+    \b
+    Examples:
+      FLEETSIGHT_LOGS_USERNAME=elastic FLEETSIGHT_LOGS_PASSWORD_FILE=/run/secrets/elastic-password \\
+        FLEETSIGHT_LOGS_CA_FILE=/run/secrets/elasticsearch-ca.pem \\
+        fleetsight logs es-security --url https://elasticsearch:9200
+    """
+    from pathlib import Path
+
+    from .es_security import SecurityError, apply_security
+
+    try:
+        written = apply_security(search_url, Path(secrets_dir))
+    except SecurityError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for kind, name in written:
+        console.print(f"{kind} {name}: applied")
+
+
 @cli.command("rsyslog-config")
 @click.option("--role", type=click.Choice(["node", "shipper"]), default="node", show_default=True)
 @click.option(
@@ -221,6 +315,22 @@ def kibana_import(kibana_url: str) -> None:
 @click.option(
     "--no-edge-parse", is_flag=True, help="Node only: ship every class raw, for the ingest pipelines."
 )
+@click.option(
+    "--kafka-user",
+    default=None,
+    help="SCRAM user [default: fleetsight-node for a node, fleetsight-shipper for a shipper].",
+)
+@click.option(
+    "--kafka-secrets",
+    default="/etc/fleetsight/kafka",
+    show_default=True,
+    help="Folder with ca.pem and USER.rsyslog-param (exactly `sasl.password=...`, no newline, mode 0600).",
+)
+@click.option(
+    "--kafka-plaintext",
+    is_flag=True,
+    help="No TLS, no SASL: only for a development broker that has no security (never on a cluster).",
+)
 def rsyslog_config(
     role: str,
     brokers: tuple[str, ...],
@@ -229,21 +339,37 @@ def rsyslog_config(
     search_url: str,
     edge_dir: str | None,
     no_edge_parse: bool,
+    kafka_user: str | None,
+    kafka_secrets: str,
+    kafka_plaintext: bool,
 ) -> None:
     """Print the rsyslog configuration of a real node (files under /var/log -> parsed on the node ->
     Kafka) or of a shipper (Kafka -> Elasticsearch: edge topics with no pipeline, raw topics through the
     ingest pipelines). Check it with `rsyslogd -N1 -f FILE`; copy pipelines/edge/ to the node with it.
 
+    Kafka is reached over SASL_SSL with SCRAM-SHA-512 (docs/logs.md, "Node credentials"): the password
+    stays in --kafka-secrets, read by rsyslog when it starts; the configuration holds none. rsyslog needs
+    librdkafka 2.6.1 or later for SCRAM against Kafka 4.
+
     \b
     Examples:
-      fleetsight logs rsyslog-config --broker kafka-1:9092 --cluster prod-a > /etc/rsyslog.d/fleetsight.conf
-      fleetsight logs rsyslog-config --broker kafka-1:9092 --edge-dir /usr/share/fleetsight/edge
-      fleetsight logs rsyslog-config --role shipper --broker kafka:9092 --url http://es:9200
+      fleetsight logs rsyslog-config --broker kafka-1:19092 --cluster prod-a > /etc/rsyslog.d/fleetsight.conf
+      fleetsight logs rsyslog-config --broker kafka-1:19092 --edge-dir /usr/share/fleetsight/edge
+      fleetsight logs rsyslog-config --role shipper --broker kafka:19092 --url http://es:9200
     """
     from pathlib import Path
     from urllib.parse import urlparse
 
+    from .kafka_security import NODE_USER, SHIPPER_USER, RsyslogAuth
     from .rsyslog_conf import NodeOptions, ShipperOptions, node_config, shipper_config
+
+    user = kafka_user or (NODE_USER if role == "node" else SHIPPER_USER)
+    secrets_dir = Path(kafka_secrets)
+    auth = (
+        None
+        if kafka_plaintext
+        else RsyslogAuth(user, secrets_dir / f"{user}.rsyslog-param", secrets_dir / "ca.pem")
+    )
 
     if role == "node":
         from .generate import EDGE_DIR
@@ -254,6 +380,7 @@ def rsyslog_config(
             cluster=cluster,
             edge_parse=not no_edge_parse,
             edge_dir=Path(edge_dir) if edge_dir else EDGE_DIR,
+            kafka_auth=auth,
         )
         sys.stdout.write(node_config(options))
         return
@@ -264,5 +391,6 @@ def rsyslog_config(
         es_port=url.port or 9200,
         work_dir=Path(work_dir),
         error_file=Path(work_dir) / "rejected.jsonl",
+        kafka_auth=auth,
     )
     sys.stdout.write(shipper_config(options))

@@ -5,7 +5,7 @@ log alerts over OpenSearch (ElastAlert2) are alerting/'s."""
 from __future__ import annotations
 
 import base64
-import subprocess
+import shutil
 import uuid
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 
 from . import install
+from . import kafka_security as security
 from .rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS, NodeOptions, ShipperOptions, node_config, shipper_config
 
 LOCAL_CLUSTER = "twin"
@@ -32,21 +33,41 @@ def kafka_properties(settings: Settings) -> Path:
     return settings.config_dir("kafka") / "server.properties"
 
 
+def kafka_secrets(settings: Settings) -> security.KafkaSecrets:
+    """The local stack's CA, broker certificate and SCRAM passwords (made by :func:`prepare_kafka`)."""
+    return security.KafkaSecrets(settings.data_dir("kafka-secrets"))
+
+
+def kafka_client(settings: Settings, user: str = security.ADMIN_USER) -> dict[str, str]:
+    """confluent-kafka settings to reach the local stack's broker as user (SASL_SSL, SCRAM)."""
+    auth = kafka_secrets(settings).client(user)
+    return {"bootstrap.servers": kafka_bootstrap(settings), **auth.librdkafka()}
+
+
 def prepare_kafka(settings: Settings) -> None:
-    """server.properties, and the storage formatted once (KRaft needs a cluster id in meta.properties)."""
+    """Certificates and SCRAM passwords (once per run folder), server.properties (SASL_SSL for clients,
+    mutual TLS for the controller, both on loopback; ACLs enforced), and the storage formatted once with
+    the SCRAM users (KRaft needs a cluster id in meta.properties)."""
     data = settings.data_dir("kafka")
+    material = kafka_secrets(settings)
+    if not material.complete():
+        shutil.rmtree(data, ignore_errors=True)  # formatted with passwords that are gone
+    material = security.ensure_secrets(material.directory)
     data.mkdir(parents=True, exist_ok=True)
     properties = kafka_properties(settings)
     properties.parent.mkdir(parents=True, exist_ok=True)
-    properties.write_text(
-        install.kafka_server_properties(
-            node_id=1,
-            broker_port=settings.port("kafka"),
-            controller_port=settings.port("kafka_controller"),
-            log_dir=data,
-        )
-        + "auto.create.topics.enable=false\n"
+    broker = f"127.0.0.1:{settings.port('kafka')}"
+    text = security.broker_properties(
+        material,
+        listener=broker,
+        controller=f"127.0.0.1:{settings.port('kafka_controller')}",
+        advertised=broker,
+        node_id=1,
     )
+    common = install.kafka_server_properties(node_id=1, broker_port=0, controller_port=0, log_dir=data)
+    shared = [line for line in common.splitlines() if line.split("=")[0] in install.KAFKA_COMMON_KEYS]
+    # It holds the admin password (inter-broker SCRAM): owner only.
+    security.write_private(properties, text + "\n".join(shared) + "\nauto.create.topics.enable=false\n")
     if not (data / "meta.properties").is_file():
         # KRaft: a cluster id (16 random bytes, URL-safe base64) written into the storage once; never
         # one that starts with "-", which the tool's command line would take for an option (as Kafka's
@@ -54,26 +75,15 @@ def prepare_kafka(settings: Settings) -> None:
         cluster_id = "-"
         while cluster_id.startswith("-"):
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        command = install.kafka_java_command(
-            settings,
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            cluster_id,
-            "-c",
-            str(properties),
-            heap="128m",
-        )
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
+        java = install.kafka_java_command(settings, "kafka.tools.StorageTool", heap="128m")
+        security.format_with_scram(java, ["format", "-t", cluster_id, "-c", str(properties)], material)
 
 
 def kafka_ready(settings: Settings) -> bool:
     from confluent_kafka.admin import AdminClient
 
     try:
-        admin = AdminClient(
-            {"bootstrap.servers": kafka_bootstrap(settings), "socket.timeout.ms": 2000, "log_level": 0}
-        )
+        admin = AdminClient({**kafka_client(settings), "socket.timeout.ms": 2000, "log_level": 0})
         return len(admin.list_topics(timeout=2).brokers) >= 1
     except Exception:  # the client raises KafkaException until the broker answers
         return False
@@ -132,6 +142,7 @@ def prepare_node(settings: Settings) -> None:
         files_root=str(twin_nodes_root(settings)),
         node_from_path=True,
         stats_file=work / "impstats.json",
+        kafka_auth=kafka_secrets(settings).rsyslog_auth(security.NODE_USER),
     )
     config = settings.config_dir("rsyslog-node") / "rsyslog.conf"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +153,7 @@ def prepare_shipper(settings: Settings) -> None:
     """Topics, pipelines, templates first (Kafka and OpenSearch are ready), then the shipper's config."""
     from .apply import apply_all
 
-    apply_all(kafka_bootstrap(settings), settings.url("opensearch"))
+    apply_all(kafka_bootstrap(settings), settings.url("opensearch"), kafka_client(settings))
     work = rsyslog_dir(settings, "shipper")
     work.mkdir(parents=True, exist_ok=True)
     options = ShipperOptions(
@@ -152,6 +163,7 @@ def prepare_shipper(settings: Settings) -> None:
         work_dir=work,
         error_file=work / "rejected.jsonl",
         stats_file=work / "impstats.json",
+        kafka_auth=kafka_secrets(settings).rsyslog_auth(security.SHIPPER_USER),
     )
     config = settings.config_dir("rsyslog-shipper") / "rsyslog.conf"
     config.parent.mkdir(parents=True, exist_ok=True)
@@ -162,6 +174,12 @@ def rsyslog_command(settings: Settings, role: str) -> list[str]:
     config = settings.config_dir(f"rsyslog-{role}") / "rsyslog.conf"
     pid_file = rsyslog_dir(settings, role) / "rsyslogd.pid"
     return ["rsyslogd", "-n", "-f", str(config), "-i", str(pid_file)]
+
+
+def rsyslog_env(settings: Settings) -> dict[str, str]:
+    """rsyslogd's omkafka/imkafka load librdkafka >= 2.6.1 (SCRAM against Kafka 4; see
+    kafka_security.MIN_LIBRDKAFKA), the one bundled with confluent-kafka."""
+    return {"LD_LIBRARY_PATH": str(security.librdkafka_dir(settings.data_dir("librdkafka")))}
 
 
 def rsyslog_ready(settings: Settings, role: str) -> bool:
@@ -188,13 +206,14 @@ def rsyslog_missing(settings: Settings) -> str | None:
 COMPONENTS = [
     Component(
         name="kafka",
-        description="Kafka (KRaft): one topic per log class",
+        description="Kafka (KRaft): one topic per log class; SASL_SSL (SCRAM) and ACLs",
         command=lambda s: install.kafka_java_command(s, "kafka.Kafka", str(kafka_properties(s))),
         prepare=prepare_kafka,
         ready=kafka_ready,
         urls=lambda s: {"bootstrap": kafka_bootstrap(s)},
         missing=lambda s: (
-            None if install.kafka_present(s) else "not installed: Kafka (run `fleetsight setup`)"
+            ("not installed: Kafka (run `fleetsight setup`)" if not install.kafka_present(s) else None)
+            or missing_binary("openssl")  # makes the CA and the broker's certificate
         ),
         ready_timeout_s=120.0,
     ),
@@ -214,6 +233,7 @@ COMPONENTS = [
         description="rsyslog imkafka -> OpenSearch through the ingest pipelines (Logstash's part locally)",
         command=lambda s: rsyslog_command(s, "shipper"),
         prepare=prepare_shipper,
+        env=rsyslog_env,
         ready=lambda s: rsyslog_ready(s, "shipper"),
         urls=lambda s: {"rejected": str(rsyslog_dir(s, "shipper") / "rejected.jsonl")},
         missing=rsyslog_missing,
@@ -224,6 +244,7 @@ COMPONENTS = [
         description="rsyslog on the nodes: the twin's kernel and job logs -> Kafka",
         command=lambda s: rsyslog_command(s, "node"),
         prepare=prepare_node,
+        env=rsyslog_env,
         ready=lambda s: rsyslog_ready(s, "node"),
         urls=lambda s: {"reads": str(twin_nodes_root(s))},
         missing=rsyslog_missing,

@@ -208,6 +208,19 @@ def kafka_server_properties(*, node_id: int, broker_port: int, controller_port: 
     )
 
 
+KAFKA_COMMON_KEYS = (
+    "log.dirs",
+    "num.partitions",
+    "offsets.topic.replication.factor",
+    "share.coordinator.state.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "group.initial.rebalance.delay.ms",
+)
+"""The lines of :func:`kafka_server_properties` that do not depend on listeners (the secured broker,
+pipelines/kafka_security.py, takes these and brings its own listeners)."""
+
+
 def kafka_present(settings: Settings) -> bool:
     libs = kafka_home(settings) / "libs"
     return (

@@ -20,11 +20,14 @@ def import_saved_objects(
     kibana_url: str, path: Path = SAVED_OBJECTS, timeout_s: float = 60.0
 ) -> dict[str, Any]:
     """POST the file to Kibana's saved-objects import API (overwriting our own ids); its JSON answer."""
+    from .es_security import client_options  # Kibana checks the same users (production)
+
     response = httpx.post(
         f"{kibana_url.rstrip('/')}/api/saved_objects/_import?overwrite=true",
         headers={"kbn-xsrf": "fleetsight"},
         files={"file": (path.name, path.read_bytes(), "application/ndjson")},
         timeout=timeout_s,
+        **client_options(),
     )
     if not response.is_success:
         raise ValueError(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import generate
 from .catalogue import CATALOGUES
+from .kafka_security import RsyslogAuth, rsyslog_conf_params
 from .logclasses import LOG_CLASSES, LogClass
 
 CONSUMER_GROUP = "fleetsight-shipper"
@@ -45,6 +46,9 @@ class NodeOptions:
     # False ships every class raw, for the ingest pipelines (the pre-#25 path; the benchmark compares).
     edge_parse: bool = True
     edge_dir: Path = generate.EDGE_DIR  # where the node finds the rulebases and lookup tables
+    # SASL_SSL + SCRAM to the nodes' listener (docs/security.md T2, T3); None: PLAINTEXT (tests of the
+    # parsing alone, never a deployment).
+    kafka_auth: RsyslogAuth | None = None
 
 
 def quote(text: str) -> str:
@@ -53,6 +57,14 @@ def quote(text: str) -> str:
 
 def brokers_array(brokers: list[str]) -> str:
     return "[" + ", ".join(quote(b) for b in brokers) + "]"
+
+
+def conf_params(params: list[str], auth: RsyslogAuth | None, indent: str) -> str:
+    """An omkafka/imkafka ``confParam=[...]``: librdkafka settings, then the credential's."""
+    items = [quote(param) for param in params]
+    if auth is not None:
+        items += rsyslog_conf_params(auth)
+    return f"{indent}confParam=[" + f",\n{indent}           ".join(items) + "]"
 
 
 NODE_RECORD = (
@@ -180,8 +192,16 @@ def node_config(options: NodeOptions) -> str:
             f'topic="{log_class.edge_topic if edge else log_class.topic}"',
             f"         broker={brokers_array(options.brokers)}",
             f'         template="{"fleetsight_edge_record" if edge else "fleetsight_node_record"}"',
-            '         confParam=["compression.codec=zstd", "queue.buffering.max.ms=20", '
-            f'"socket.keepalive.enable=true", "message.timeout.ms={KAFKA_MESSAGE_TIMEOUT_MS}"]',
+            conf_params(
+                [
+                    "compression.codec=zstd",
+                    "queue.buffering.max.ms=20",
+                    "socket.keepalive.enable=true",
+                    f"message.timeout.ms={KAFKA_MESSAGE_TIMEOUT_MS}",
+                ],
+                options.kafka_auth,
+                "         ",
+            ),
             # librdkafka's own retries time out; then rsyslog re-submits and the action suspends, and
             # the disk-assisted queue below keeps everything until Kafka is back.
             '         resubmitOnFailure="on" keepFailedMessages="on"',
@@ -210,6 +230,10 @@ class ShipperOptions:
     error_file: Path
     stats_file: Path | None = None
     consumer_group: str = CONSUMER_GROUP
+    kafka_auth: RsyslogAuth | None = None  # the shipper's credential (consume only); None: PLAINTEXT
+
+
+SHIPPER_KAFKA_PARAMS = ["auto.offset.reset=earliest", "fetch.wait.max.ms=50", "socket.keepalive.enable=true"]
 
 
 # Bulk requests of the edge leg: the documents need no pipeline, so OpenSearch's cost is the indexing
@@ -227,8 +251,7 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
         f'template(name="index_{name}" type="string" string="{log_class.topic}-%$.day%")',
         f'input(type="imkafka" topic="{log_class.edge_topic}" broker={brokers_array(options.brokers)}',
         f'      consumergroup="{options.consumer_group}" ruleset="ship_{name}"',
-        '      confParam=["auto.offset.reset=earliest", "fetch.wait.max.ms=50",',
-        '                 "socket.keepalive.enable=true"])',
+        conf_params(SHIPPER_KAFKA_PARAMS, options.kafka_auth, "      ") + ")",
         f'ruleset(name="ship_{name}" queue.type="LinkedList" queue.filename="ship_{name}"',
         '        queue.size="200000"',
         f'        queue.workerThreads="2" queue.workerThreadMinimumMessages="{EDGE_BULK_RECORDS}"',
@@ -287,8 +310,7 @@ def shipper_config(options: ShipperOptions) -> str:
         lines += [
             f'input(type="imkafka" topic="{log_class.topic}" broker={brokers_array(options.brokers)}',
             f'      consumergroup="{options.consumer_group}" ruleset="ship_{name}"',
-            '      confParam=["auto.offset.reset=earliest", "fetch.wait.max.ms=50",',
-            '                 "socket.keepalive.enable=true"])',
+            conf_params(SHIPPER_KAFKA_PARAMS, options.kafka_auth, "      ") + ")",
             f'ruleset(name="ship_{name}" queue.type="LinkedList" queue.filename="ship_{name}"',
             '        queue.size="200000"',
             # Two workers, so that OpenSearch indexes one bulk while it parses the next (one bulk at a

@@ -688,10 +688,12 @@ def test_logstash_pipeline_reads_the_topics_and_names_the_ingest_pipelines(
     assert services["logs-init"]["command"][:2] == ["logs", "apply"]
     assert "--kafka=kafka:9092" in services["logs-init"]["command"]
     assert services["logstash"]["depends_on"]["logs-init"]["condition"] == "service_completed_successfully"
-    assert services["kafka"]["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
-    # And Logstash reaches the broker and Elasticsearch where compose puts them.
+    kafka_properties = (REPO_ROOT / "pipelines" / "kafka" / "compose" / "server.properties").read_text()
+    assert "auto.create.topics.enable=false" in kafka_properties.splitlines()
+    # And Logstash reaches the broker (its SASL_SSL listener inside the network: tests/pipelines/
+    # test_production_security.py checks the listeners) and Elasticsearch where compose puts them.
     (bootstrap,) = json.loads(logstash_setting("kafka", "bootstrap_servers")).split(",")
-    assert f"PLAINTEXT://{bootstrap}" in services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert bootstrap == "kafka:9092" and "INTERNAL://:9092" in kafka_properties
     (es_host,) = json.loads(logstash_setting("elasticsearch", "hosts"))
     assert urlparse(es_host).hostname == "elasticsearch"
     assert bind_mounts(services["logstash"])["/usr/share/logstash/pipeline"] == LOGSTASH_CONF.parent

@@ -90,7 +90,7 @@ def node_files(root: Path) -> None:
     put(REPO / "health" / "prolog.py", root / "usr/lib/fleetsight/slurm/preflight", 0o755)
     put(REPO / "deploy" / "slurm" / "prolog.sh", root / "usr/lib/fleetsight/slurm/prolog", 0o755)
     rsyslog = subprocess.run(
-        [sys.executable, "-m", "fleetsight.cli", "logs", "rsyslog-config", "--broker", "kafka:9092"],
+        [sys.executable, "-m", "fleetsight.cli", "logs", "rsyslog-config", "--broker", "kafka:19092"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -21,6 +21,8 @@ import pytest
 from fleetsight.components import Component
 from fleetsight.registry import port_offsets
 from fleetsight.settings import Settings
+from pipelines.component import kafka_client
+from pipelines.kafka_security import ADMIN_USER
 from support import free_port_base, port_is_free, wait_until
 
 # Start order: dependencies first (as the supervisor would).
@@ -55,6 +57,10 @@ class LogStack:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.settings.port('kafka')}"
+
+    def kafka(self, user: str = ADMIN_USER) -> dict[str, str]:
+        """confluent-kafka settings to reach the stack's broker as user (SASL_SSL, SCRAM-SHA-512)."""
+        return kafka_client(self.settings, user)
 
     def env(self) -> dict[str, str]:
         return {

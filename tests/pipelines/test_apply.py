@@ -39,7 +39,7 @@ def test_apply_twice_changes_nothing_the_second_time(log_stack: LogStack) -> Non
 
 
 def test_topics_have_their_partitions_and_configs(log_stack: LogStack) -> None:
-    admin = AdminClient({"bootstrap.servers": log_stack.bootstrap})
+    admin = AdminClient(log_stack.kafka())
     topics = admin.list_topics(timeout=10).topics
     for topic, spec in topic_specs().items():
         assert topic in topics, topic

@@ -65,7 +65,7 @@ def indexed_origins(stack: LogStack, nodes_root: Path) -> list[tuple[str, int]]:
 
 def kafka_records(stack: LogStack, topics: list[str]) -> int:
     """Records in these topics: lines delivered to Kafka, repeats included."""
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": "loss-test-count", "log_level": 0})
+    consumer = Consumer({**stack.kafka(), "group.id": "loss-test-count", "log_level": 0})
     try:
         total = 0
         for name in topics:

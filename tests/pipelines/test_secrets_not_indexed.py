@@ -21,6 +21,8 @@ import httpx
 from logs_helpers import LOG_STACK, LogStack
 
 from alerting.component import secrets_dir
+from pipelines.component import kafka_secrets
+from pipelines.kafka_security import USERS
 from support import wait_until
 
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKENS?|_KEY)$")
@@ -36,6 +38,10 @@ def configured_secrets(stack: LogStack) -> dict[str, str]:
             value = path.read_text().strip()
             if value:
                 found[f"alertmanager secret {path.name}"] = value
+    kafka = kafka_secrets(stack.settings)  # the SCRAM passwords the nodes, shippers and admin log in with
+    for user in USERS:
+        if kafka.password_file(user).is_file():
+            found[f"kafka password of {user}"] = kafka.password(user)
     for name in LOG_STACK:
         for key, value in stack.components[name].env(stack.settings).items():
             if SECRET_NAME.search(key) and len(value) >= 6:
@@ -78,6 +84,7 @@ def test_no_secret_value_is_in_any_indexed_document_or_log_file(log_stack: LogSt
     fire_alert(log_stack)
     secret_values = configured_secrets(log_stack)
     assert any(name.startswith("alertmanager secret slack_webhook_url") for name in secret_values)
+    assert all(f"kafka password of {user}" in secret_values for user in USERS), sorted(secret_values)
     wait_until(
         lambda: httpx.get(f"{log_stack.search_url}/_cat/count", timeout=10).text.split()[-1] != "0",
         timeout=120,
