@@ -270,9 +270,8 @@ def test_every_recording_rule_gives_the_same_answer(answers):
     records = sum(1 for r in answers["single"] if not r.startswith("ALERTS:"))
     print(f"{len(answered)} of {records}"
           " recording rules answer on the twin's history; all equal through 2 shards + ruler")  # fmt: skip
-    assert (
-        len(answered) >= MIN_ANSWERED
-    )  # the history exercises most rules: equality is not only of empty answers
+    # the history exercises most rules: equality is not only of empty answers
+    assert len(answered) >= MIN_ANSWERED
 
 
 def test_every_alert_gives_the_same_answer(answers):
