@@ -12,7 +12,7 @@ import click
 
 from .access import ASK, DEFAULT_ASK_TIMEOUT_S, DEFAULT_RATE, RATE_ENV, Access, AccessError
 from .answer import FUSIONS, MODES, Answerer
-from .config import chat_config
+from .config import ConfigError, chat_config
 from .evaluate import OUT_OF_SCOPE, Entry, QuestionSetError, Report, evaluate, load_questions
 
 DEFAULT_LISTEN = "127.0.0.1:19142"
@@ -46,7 +46,10 @@ def cli() -> None:
 @click.option("--health-url", envvar="FLEETSIGHT_HEALTH_URL", help="Health service base URL (node state).")
 @click.option("--anomaly-url", envvar="FLEETSIGHT_ANOMALY_URL", help="Anomaly service base URL (stragglers).")
 @click.option(
-    "--logs-url", envvar="FLEETSIGHT_LOGS_URL", help="OpenSearch/Elasticsearch URL (recent errors)."
+    "--logs-url",
+    envvar="FLEETSIGHT_LOGS_URL",
+    help="OpenSearch/Elasticsearch URL (recent errors). With security on: FLEETSIGHT_CHATBOT_LOGS_USER, "
+    "_LOGS_PASSWORD_FILE (a read-only user) and _LOGS_CA_FILE.",
 )
 @click.option(
     "--llm-url", help="OpenAI-compatible base URL (…/v1); default $FLEETSIGHT_CHATBOT_LLM_URL, or none."
@@ -132,7 +135,10 @@ def serve(
             "no token with scope ask (FLEETSIGHT_CHATBOT_TOKENS): POST /v1/ask refuses every caller; "
             "Slack still answers. Add tokens, or --open-asks",
         )
-    config = chat_config(docs, health_url, anomaly_url, logs_url, llm_url, llm_model, llm_timeout)
+    try:
+        config = chat_config(docs, health_url, anomaly_url, logs_url, llm_url, llm_model, llm_timeout)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     app = create_app(config, slack.load_signing_secret(slack_signing_secret_file), public_url, access)
     index = app.state.answerer.index
     if not index.sections:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from fleetsight.settings import REPO_ROOT
@@ -12,6 +13,38 @@ from .live import LiveSources
 from .llm import LLMConfig
 
 HEALTH_TOKEN_ENV = "FLEETSIGHT_CHATBOT_HEALTH_TOKEN"
+# The log search's login, for an Elasticsearch with security on (docker-compose.yml: fleetsight-reader);
+# the password only ever from a file.
+LOGS_USER_ENV = "FLEETSIGHT_CHATBOT_LOGS_USER"
+LOGS_PASSWORD_FILE_ENV = "FLEETSIGHT_CHATBOT_LOGS_PASSWORD_FILE"
+LOGS_CA_FILE_ENV = "FLEETSIGHT_CHATBOT_LOGS_CA_FILE"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work, with what to change."""
+
+
+def logs_login(environ: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
+    user = environ.get(LOGS_USER_ENV)
+    if not user:
+        return None
+    path = environ.get(LOGS_PASSWORD_FILE_ENV)
+    if not path:
+        raise ConfigError(f"{LOGS_USER_ENV} is set: {LOGS_PASSWORD_FILE_ENV} must name its password file")
+    try:
+        password = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{LOGS_PASSWORD_FILE_ENV} {path}: cannot read: {exc.strerror}") from None
+    if not password:
+        raise ConfigError(f"{LOGS_PASSWORD_FILE_ENV} {path} is empty")
+    return user, password
+
+
+def logs_ca_file(environ: Mapping[str, str] = os.environ) -> str | None:
+    path = environ.get(LOGS_CA_FILE_ENV)
+    if path and not Path(path).is_file():
+        raise ConfigError(f"{LOGS_CA_FILE_ENV} {path}: no such file")
+    return path or None
 
 
 def chat_config(
@@ -43,6 +76,8 @@ def chat_config(
         anomaly_url=anomaly_url.rstrip("/") if anomaly_url else None,
         logs_url=logs_url.rstrip("/") if logs_url else None,
         health_token=os.environ.get(HEALTH_TOKEN_ENV) or None,
+        logs_login=logs_login() if logs_url else None,
+        logs_ca_file=logs_ca_file() if logs_url else None,
         timeout_s=live_timeout,
     )
     return ChatConfig(repo_root=repo_root, sources=tuple(docs), live=live, llm=llm)

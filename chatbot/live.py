@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,9 @@ class LiveSources:
     anomaly_url: str | None = None
     logs_url: str | None = None
     health_token: str | None = field(default=None, repr=False)  # never in a repr or a log line
+    # The log search's login (Elasticsearch with security on: a read-only user) and its CA file.
+    logs_login: tuple[str, str] | None = field(default=None, repr=False)
+    logs_ca_file: str | None = None
     timeout_s: float = 1.5
     node_pattern: str = DEFAULT_NODE_PATTERN
 
@@ -101,10 +105,12 @@ class LiveSources:
 
 
 @functools.cache
-def shared_client(timeout_s: float) -> httpx.Client:
+def shared_client(timeout_s: float, ca_file: str | None = None) -> httpx.Client:
     """One client for all questions: building one loads the TLS trust store (~0.5 s on a busy host),
-    far more than the look-ups themselves. httpx clients are safe to share between threads."""
-    return httpx.Client(timeout=timeout_s, follow_redirects=False)
+    far more than the look-ups themselves. httpx clients are safe to share between threads. With
+    ca_file, servers are verified against that CA (a private one, as the stack's Elasticsearch has)."""
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+    return httpx.Client(timeout=timeout_s, follow_redirects=False, verify=verify)
 
 
 def find_jobs(question: str) -> list[str]:
@@ -212,9 +218,16 @@ def log_line(source: dict[str, Any]) -> str:
 
 def node_logs(client: httpx.Client, sources: LiveSources, node: str, context: LiveContext) -> None:
     url = f"{sources.logs_url}/{LOG_INDEX}/_search"
-    response = client.post(
-        url, params={"ignore_unavailable": "true", "allow_no_indices": "true"}, json=log_query(node)
-    )
+    if sources.logs_ca_file:
+        client = shared_client(sources.timeout_s, sources.logs_ca_file)
+    params = {"ignore_unavailable": "true", "allow_no_indices": "true"}
+    response = client.post(url, params=params, json=log_query(node), auth=sources.logs_login)
+    if response.status_code in (401, 403):
+        context.notes.append(
+            f"log search refused the chatbot's login (HTTP {response.status_code}): set "
+            "FLEETSIGHT_CHATBOT_LOGS_USER and _PASSWORD_FILE to a user with read access to the log indices"
+        )
+        return
     if not response.is_success:
         context.notes.append(f"log search answered HTTP {response.status_code} for node {node}")
         return
