@@ -86,6 +86,9 @@ def state_of(prometheus: str, node: str) -> str:
 def test_drained_and_down_nodes_stay_targets_with_their_state(slurm: DynamicSlurm, prometheus: str) -> None:
     wait_until(lambda: set(NODES) <= set(active_targets(prometheus)), 30, what="the first targets")
     scontrol(slurm, "update", "NodeName=n0002", "State=DRAIN", "Reason=test: bad GPU")
+    # a DOWN node whose slurmd still answers returns to service at its next ping (ReturnToService=2),
+    # which on a loaded machine can come before the relabelled target is seen: its slurmd is stopped
+    slurm.hang("n0003")
     scontrol(slurm, "update", "NodeName=n0003", "State=DOWN", "Reason=test: hung")
     try:
         timed(
@@ -98,6 +101,7 @@ def test_drained_and_down_nodes_stay_targets_with_their_state(slurm: DynamicSlur
         )
         assert set(NODES) <= set(active_targets(prometheus))
     finally:
+        slurm.unhang("n0003")
         # restore; a DOWN node whose slurmd answers may already be back (ReturnToService=2), and Slurm
         # refuses to resume an idle node: best effort, per node
         for node in ("n0002", "n0003"):
