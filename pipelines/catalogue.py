@@ -24,12 +24,25 @@ ws         one or more white-space characters   whitespace
 rest       the rest of the line (may be empty)  rest
 rfc5424    2024-08-30T11:43:09.123456+02:00     date-rfc5424
 rfc3164    Aug 30 11:43:09                      date-rfc3164
+ipv4       an IPv4 address                      ipv4
+ipv6       an IPv6 address                      ipv6
+cell       a ``|`` column: the text up to the   (regex classes only, see below)
+           next ``|``, spaces around it dropped
+tail       the last column: the rest, trimmed   (regex classes only)
 =========  ===================================  ====================================
 
 A pattern matches a prefix of the text (grok is anchored at the start only; the rulebase gets a
 trailing ``rest``). Patterns are tried in order, the first match wins; liblognorm tries literal text
 before fields, so a catalogue lists the more literal variant first and the engines pick the same.
-The kernel and Fabric Manager logs are catalogued; the other classes keep their hand-written pipelines.
+
+A class whose lines are ``|``-separated columns (the BMC's SEL) is matched on the node by POSIX regular
+expressions generated from the same patterns (``edge_engine="regex"``): liblognorm cannot trim a column.
+The two regex engines agree because every such pattern is anchored at both ends and every field is
+bounded by text it cannot contain (a cell neither starts nor ends with a space and holds no ``|``), so
+the line splits one way only, whichever way an engine searches.
+
+The kernel, Fabric Manager, BMC SEL and audit logs are catalogued. The application (job) logs keep their
+hand-written pipeline (docs/logs.md says why: a case-insensitive search anywhere in the line).
 """
 
 from __future__ import annotations
@@ -38,7 +51,10 @@ import re
 from dataclasses import dataclass, field
 
 TOKEN = re.compile(r"\{([A-Za-z0-9_.@-]+(?:=[^:}]*)?):([a-z0-9]+)(?::([^}]*))?\}")
-TYPES = {"int", "long", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"}
+TYPES = {
+    *("int", "long", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"),
+    *("ipv4", "ipv6", "cell", "tail"),
+}
 NUMERIC = {"int": "int", "long": "long", "sint": "int", "float": "double"}
 
 
@@ -98,6 +114,8 @@ DERIVED = {
     "ib_state": "ib.state lower-cased; down -> ib_link_down/error, up -> ib_link_up/info, "
     "else ib_port_state (info when active, else warning)",
     "fallen_off_bus": "'fallen off the bus' in the body -> gpu_fallen_off_bus/critical",
+    "success": "event.outcome success (an audit event)",
+    "failure": "event.outcome failure (an audit event)",
 }
 
 
@@ -109,6 +127,7 @@ class ClassCatalogue:
     default_action: str  # a framed line no event matched
     time_formats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # time field -> date formats
     classify_tag: str = "xid_classify"  # the ingest pipeline's script processor that classifies
+    edge_engine: str = "lognorm"  # "regex": POSIX regexes in RainerScript (columns to trim, see above)
 
 
 def _uptime(head: str) -> tuple[str, ...]:
@@ -286,4 +305,85 @@ FABRICMANAGER = ClassCatalogue(
     classify_tag="fm_classify",
 )
 
-CATALOGUES: dict[str, ClassCatalogue] = {c.log_class: c for c in (KERNEL, FABRICMANAGER)}
+# -- BMC System Event Log ---------------------------------------------------------------------------
+
+SEL_SENSOR_TYPES = (
+    *("Power Supply", "Power Unit", "Temperature", "Voltage", "Fan", "Processor", "Memory", "Drive Slot"),
+    *("System Event", "Critical Interrupt", "Watchdog2", "Event Logging Disabled", "OS Boot"),
+    *("System Firmware Progress", "Physical Security", "Add-in Card", "Chassis", "Module / Board"),
+    *("Slot / Connector", "Current", "Microcontroller"),
+)
+"""The sensor column starts with its IPMI sensor type; what follows is the sensor's name."""
+# The level of an asserted SEL event from words in its text (lower-cased); deasserted is info.
+SEL_ERROR_WORDS = ("failure", "critical", "uncorrectable", "non-recoverable", "lost", "fault")
+SEL_INFO_WORDS = ("presence detected", "log area reset")
+
+
+def _sel_columns(*names: str) -> str:
+    """`ipmitool sel elist`: id | date | time | sensor | event [| direction [| detail]], each column
+    trimmed; the last one takes the rest of the line."""
+    return "|".join(f"{{{name}:cell}}" for name in names[:-1]) + f"|{{{names[-1]}:tail}}"
+
+
+_SEL = ("bmc.sel.id", "_tmp.date", "_tmp.time", "_tmp.sensor", "bmc.sel.event")
+
+BMC = ClassCatalogue(
+    log_class="bmc",
+    envelopes=(
+        Rule(
+            "sel",
+            (
+                _sel_columns(*_SEL, "bmc.sel.direction", "bmc.sel.detail"),
+                _sel_columns(*_SEL, "bmc.sel.direction"),
+                _sel_columns(*_SEL),
+            ),
+        ),
+    ),
+    events=(),
+    default_action="message",
+    time_formats={"sel": ("MM/dd/yyyy HH:mm:ss",)},
+    classify_tag="bmc_classify",
+    edge_engine="regex",
+)
+
+# -- audit (auth.log: sshd, sudo) -------------------------------------------------------------------
+
+
+def _ssh(outcome: str) -> tuple[str, ...]:
+    return tuple(
+        f"sshd[{{process.pid:int}}]: {outcome} {{_tmp.method:word}} for {invalid}{{user.name:word}} "
+        f"from {{source.ip:{ip}}} port {{source.port:int}}"
+        for invalid in ("invalid user ", "")
+        for ip in ("ipv4", "ipv6")
+    )
+
+
+_SUDO = "{user.name:word} : {-:until:COMMAND=}COMMAND={process.command_line:rest}"
+
+AUDIT = ClassCatalogue(
+    log_class="audit",
+    envelopes=(
+        Rule("syslog_iso", ("{_tmp.ts:rfc5424} {_tmp.host:word} {_tmp.body:rest}",)),
+        Rule("syslog_bsd", ("{_tmp.ts:rfc3164} {_tmp.host:word} {_tmp.body:rest}",)),
+    ),
+    events=(
+        Rule("ssh_accepted", _ssh("Accepted"), "ssh_login", "info", "authentication", derive="success"),
+        Rule("ssh_failed", _ssh("Failed"), "ssh_login_failed", "warning", "authentication", derive="failure"),
+        Rule(
+            "sudo",
+            (f"sudo[{{process.pid:int}}]:{{-:ws}}{_SUDO}", f"sudo:{{-:ws}}{_SUDO}"),
+            "sudo",
+            "",
+            "process",
+        ),
+        Rule(
+            "program",
+            ("{process.name:to:[}[{process.pid:int}]: {-:rest}", "{process.name:to::}: {-:rest}"),
+        ),
+    ),
+    default_action="message",
+    time_formats={"rfc5424": ("ISO8601",), "rfc3164": ("MMM d HH:mm:ss", "MMM  d HH:mm:ss")},
+    classify_tag="audit_classify",
+)
+
+CATALOGUES: dict[str, ClassCatalogue] = {c.log_class: c for c in (KERNEL, FABRICMANAGER, BMC, AUDIT)}

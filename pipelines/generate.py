@@ -19,7 +19,17 @@ from typing import Any
 
 from fleetsight import xid_catalog
 
-from .catalogue import CATALOGUES, NUMERIC, ClassCatalogue, Field, Rule, tokens
+from .catalogue import (
+    CATALOGUES,
+    NUMERIC,
+    SEL_ERROR_WORDS,
+    SEL_INFO_WORDS,
+    SEL_SENSOR_TYPES,
+    ClassCatalogue,
+    Field,
+    Rule,
+    tokens,
+)
 
 PIPELINES_DIR = Path(__file__).resolve().parent
 INGEST_DIR = PIPELINES_DIR / "ingest"
@@ -37,6 +47,18 @@ GROK_TYPES = {
     "rfc5424": "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?"
     "(?:Z|[+-][0-9]{2}:[0-9]{2})",
     "rfc3164": "[A-Z][a-z]{2} {1,2}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}",
+    "ipv4": "(?:{octet})(?:\\.(?:{octet})){{3}}".format(octet="25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]"),
+    "ipv6": "%{IPV6}",
+    # A column: neither starts nor ends with a space, holds no '|' (the spaces around it are outside).
+    "cell": "[^| ](?:[^|]*[^| ])?",
+    "tail": "[^ ](?:.*[^ ])?",
+}
+# POSIX extended regexes of the column types (RainerScript re_match/re_extract): the same sets as above.
+ERE_TYPES = {
+    "int": "[0-9]+",
+    "word": "[^ ]+",
+    "cell": " *([^| ]([^|]*[^| ])?) *",
+    "tail": " *([^ ](.*[^ ])?) *$",
 }
 LOGNORM_TYPES = {
     "int": {"type": "number", "format": "number"},
@@ -50,6 +72,8 @@ LOGNORM_TYPES = {
     "rest": {"type": "rest"},
     "rfc5424": {"type": "date-rfc5424"},
     "rfc3164": {"type": "date-rfc3164"},
+    "ipv4": {"type": "ipv4"},
+    "ipv6": {"type": "ipv6"},
 }
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 NEGATIVE = "__neg"  # lognorm's number takes no sign: a sint field has a '-' variant under this suffix
@@ -86,10 +110,12 @@ def grok_pattern(pattern: str, rule_id: str, definitions: dict[str, str]) -> str
         name = _definition_name(token)
         definitions[name] = _field_regex(token)
         if token.name == "-":
-            out.append("%{" + name + "}")
+            field = "%{" + name + "}"
         else:
             suffix = ":" + NUMERIC[token.type] if token.type in NUMERIC else ""
-            out.append("%{" + name + ":" + token.name + suffix + "}")
+            field = "%{" + name + ":" + token.name + suffix + "}"
+        # A column's spaces around its text are not part of it.
+        out.append({"cell": " *{} *", "tail": " *{} *$"}.get(token.type, "{}").format(field))
     return "".join(out)
 
 
@@ -148,6 +174,31 @@ def lognorm_rulebase(rules: tuple[Rule, ...], what: str) -> str:
         for pattern in rule.patterns:
             lines += [f"rule={rule.id}:{body}" for body in _lognorm_variants(pattern)]
     return "\n".join(lines) + "\n"
+
+
+# -- POSIX regexes (edge, classes of columns) -------------------------------------------------------
+
+
+def _ere_literal(text: str) -> str:
+    if any(c in text for c in "^\\'[]"):
+        raise ValueError(f"no ERE literal for {text!r}")
+    return "".join(f"[{c}]" if c in ".*+?(){}|$" else c for c in text)
+
+
+def ere_pattern(pattern: str) -> tuple[str, dict[str, int]]:
+    """One catalogue pattern as an anchored POSIX ERE, and the submatch number of each field."""
+    out, groups, count = ["^"], {}, 0
+    for token in tokens(pattern):
+        if isinstance(token, str):
+            out.append(_ere_literal(token))
+            continue
+        regex = ERE_TYPES[token.type]
+        if "(" not in regex:
+            regex = f"({regex})"
+        groups[token.name] = count + 1
+        count += regex.count("(")
+        out.append(regex)
+    return "".join(out), groups
 
 
 # -- classify (both engines) -----------------------------------------------------------------------
@@ -295,6 +346,52 @@ if (r != null && r.action != '') {
 }"""
 
 
+AUDIT_CLASSIFY_SOURCE = """\
+String rule = null;
+if (ctx._tmp.rule != null) { for (def key : ctx._tmp.rule.keySet()) { rule = key; } }
+def r = rule == null ? null : params.rules[rule];
+if (r != null && r.action != '') {
+  ctx._tmp.matched = true;
+  ctx.event.action = r.action;
+  if (r.derive != '') { ctx.event.outcome = r.derive; }
+  ctx.event.category = [r.category];
+  ctx.event.type = ['start'];
+  if (r.level != '') {
+    if (ctx.log == null) { ctx.log = [:]; }
+    ctx.log.level = r.level;
+  }
+}"""
+
+BMC_CLASSIFY_SOURCE = """\
+if (ctx.bmc != null && ctx.bmc.sel != null && ctx.bmc.sel.event != null) {
+  ctx._tmp.matched = true;
+  String e = ctx.bmc.sel.event.toLowerCase();
+  boolean error = false; boolean info = false;
+  for (def word : params.error_words) { if (e.contains(word)) { error = true; } }
+  for (def word : params.info_words) { if (e.contains(word)) { info = true; } }
+  String level = 'warning';
+  if (ctx.bmc.sel.direction == 'Deasserted') { level = 'info'; }
+  else if (error) { level = 'error'; }
+  else if (info) { level = 'info'; }
+  ctx.event.action = 'bmc_sel';
+  if (ctx.log == null) { ctx.log = [:]; }
+  ctx.log.level = level;
+  ctx.event.category = ['host'];
+  ctx.event.type = [level == 'info' ? 'info' : 'error'];
+}"""
+
+
+def _bmc_sensor(grok: dict[str, Any]) -> None:
+    """The sensor column: its IPMI sensor type, then the sensor's name (else all of it is the type)."""
+    grok["patterns"] = [
+        "^%{SEL_TYPE:bmc.sel.sensor_type} %{GREEDYDATA:bmc.sel.sensor}$",
+        "^%{GREEDYDATA:bmc.sel.sensor_type}$",
+    ]
+    grok["pattern_definitions"] = {
+        "SEL_TYPE": "(?:" + "|".join(re.escape(t).replace("\\ ", " ") for t in SEL_SENSOR_TYPES) + ")"
+    }
+
+
 def with_ingest_time(pipeline: dict[str, Any]) -> dict[str, Any]:
     """A document without @timestamp (a source that sends none) falls back to the ingest time, rather
     than failing the pipeline (every class's pipeline gets this processor first)."""
@@ -321,10 +418,24 @@ def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict
     patterns, definitions = grok_patterns(catalogue.envelopes)
     envelope["patterns"] = [p.replace("^(?<_tmp.rule.", "^(?<_tmp.envelope_rule.") for p in patterns]
     envelope["pattern_definitions"] = definitions
-    events = _by_tag(processors, "grok", "events")
-    events["field"] = "_tmp.body"
-    events["patterns"], events["pattern_definitions"] = grok_patterns(catalogue.events)
-    if catalogue.log_class == "kernel":
+    if catalogue.events:
+        events = _by_tag(processors, "grok", "events")
+        events["field"] = "_tmp.body"
+        events["patterns"], events["pattern_definitions"] = grok_patterns(catalogue.events)
+    if catalogue.log_class in {"audit", "bmc"}:
+        _by_tag(processors, "date", "line_time")["formats"] = [
+            f for formats in catalogue.time_formats.values() for f in formats
+        ]
+        classify = _by_tag(processors, "script", catalogue.classify_tag)
+        if catalogue.log_class == "audit":
+            classify.update(source=AUDIT_CLASSIFY_SOURCE, params={"rules": rule_params(catalogue)})
+        else:
+            _bmc_sensor(_by_tag(processors, "grok", "sensor"))
+            classify.update(
+                source=BMC_CLASSIFY_SOURCE,
+                params={"error_words": list(SEL_ERROR_WORDS), "info_words": list(SEL_INFO_WORDS)},
+            )
+    elif catalogue.log_class == "kernel":
         _kernel_times(catalogue, processors)
         pipeline["processors"] = [
             p for p in processors if not ("convert" in p and p["convert"].get("field") == "_tmp.uptime")
@@ -570,6 +681,138 @@ def _fm_classify(catalogue: ClassCatalogue) -> list[str]:
     ]
 
 
+def _lognorm_parse(catalogue: ClassCatalogue, edge_dir: Path) -> list[str]:
+    """mmnormalize the line's frame, then the body: fields under $!_env and $!_ev, rule ids in $.envelope
+    and $.rule (from the rule's tag)."""
+    name = catalogue.log_class
+    lines = [
+        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
+        ' path="$!_env")',
+        '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        "  set $.body = $rawmsg;",
+        '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
+        '  set $.rule = "";',
+    ]
+    if catalogue.events:
+        lines += [
+            f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
+            ' path="$!_ev")',
+            '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        ]
+    return lines
+
+
+def _regex_parse(catalogue: ClassCatalogue) -> list[str]:
+    """The envelope patterns as POSIX regexes, tried in order (the first that matches wins, as in grok);
+    each field is its submatch, under $!_env as mmnormalize would put it."""
+    lines = ['  set $.envelope = "";', "  set $.body = $rawmsg;", '  set $.rule = "";']
+    keyword = "if"
+    for rule in catalogue.envelopes:
+        for pattern in rule.patterns:
+            regex, groups = ere_pattern(pattern)
+            lines.append(f"  {keyword} re_match($rawmsg, '{regex}') then {{")
+            lines.append(f'    set $.envelope = "{rule.id}";')
+            lines += [
+                f"    set $!_env!{lognorm_name(name)} = re_extract($rawmsg, '{regex}', 0, {group}, \"\");"
+                for name, group in groups.items()
+            ]
+            lines.append("  }")
+            keyword = "else if"
+    return lines
+
+
+def _sel_time_block() -> list[str]:
+    """The SEL's date and time columns, 'MM/dd/yyyy HH:mm:ss' (UTC, as the pipeline's date processor)."""
+    return [
+        "  if exists($!_env!f__tmp_date) then {",
+        '    set $.parts = re_extract($!_env!f__tmp_date & " " & $!_env!f__tmp_time, '
+        "'^[0-9]{2}/[0-9]{2}/[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}$', 0, 0, \"\");",
+        '    set $.day = substring($.parts, 6, 4) & "-" & substring($.parts, 0, 2) & "-" '
+        "& substring($.parts, 3, 2);",
+        "    set $.hms = substring($.parts, 11, 8);",
+        '    if $.parts == "" or format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") '
+        '!= $.day & "T00:00:00Z" or format_time(parse_time($.day & "T" & $.hms & "Z"), "date-rfc3339") '
+        '!= $.day & "T" & $.hms & "Z" then { set $.tsbad = "1"; }',
+        '    else { set $.ts = $.day & "T" & $.hms & ".000Z"; }',
+        "  }",
+    ]
+
+
+def _audit_classify(catalogue: ClassCatalogue) -> list[str]:
+    lines = ['  set $.matched = "";']
+    for rule in catalogue.events:
+        if not rule.action:
+            continue
+        lines += [
+            f'  if $.rule == "{rule.id}" then {{',
+            f'    set $!event!action = "{rule.action}";',
+            *([f'    set $!event!outcome = "{rule.derive}";'] if rule.derive else []),
+            *_set_event(f'"{rule.category}"', '"start"'),
+            *([f'    set $!log!level = "{rule.level}";'] if rule.level else []),
+            '    set $.matched = "1";',
+            "  }",
+        ]
+    return [*lines, *_default_action(catalogue)]
+
+
+def _default_action(catalogue: ClassCatalogue) -> list[str]:
+    """The pipeline's parse_failure script: unparsed when neither frame nor event matched; the class's
+    default action otherwise; level info unless set."""
+    return [
+        '  if $.envelope == "" and $.matched == "" then {',
+        '    set $!event!action = "unparsed";',
+        *_json_set("$!tags", '["parse_failure"]'),
+        "  }",
+        f'  if not exists($!event!action) then {{ set $!event!action = "{catalogue.default_action}"; }}',
+        '  if not exists($!log!level) then { set $!log!level = "info"; }',
+    ]
+
+
+def _bmc_classify(catalogue: ClassCatalogue) -> list[str]:
+    """Sensor type and name from the sensor column; bmc_sel with a level from the event's words."""
+    types = "|".join(_ere_literal(t) for t in SEL_SENSOR_TYPES)
+    sensor = "$!_env!f__tmp_sensor"
+    errors = " or ".join(f'$.e contains "{w}"' for w in SEL_ERROR_WORDS)
+    infos = " or ".join(f'$.e contains "{w}"' for w in SEL_INFO_WORDS)
+    return [
+        f"  if exists({sensor}) then {{",
+        f"    set $.st = re_extract({sensor}, '^({types}) (.*)$', 0, 1, \"\");",
+        '    if $.st != "" then {',
+        "      set $!bmc!sel!sensor_type = $.st;",
+        f"      set $!bmc!sel!sensor = re_extract({sensor}, '^({types}) (.*)$', 0, 2, \"\");",
+        f"    }} else {{ set $!bmc!sel!sensor_type = {sensor}; }}",
+        "  }",
+        '  set $.matched = "";',
+        "  if exists($!bmc!sel!event) then {",
+        '    set $.matched = "1";',
+        "    set $.e = tolower($!bmc!sel!event);",
+        '    set $.level = "warning";',
+        '    if $!bmc!sel!direction == "Deasserted" then { set $.level = "info"; }',
+        f'    else if {errors} then {{ set $.level = "error"; }}',
+        f'    else if {infos} then {{ set $.level = "info"; }}',
+        '    set $!event!action = "bmc_sel";',
+        "    set $!log!level = $.level;",
+        '    if $.level == "info" then { set $.type = "info"; } else { set $.type = "error"; }',
+        *_set_event('"host"', "$.type"),
+        "  }",
+        *_default_action(catalogue),
+    ]
+
+
+TIME_BLOCKS = {
+    "kernel": _kernel_time_blocks,
+    "fabricmanager": _fm_time_block,
+    "audit": _kernel_time_blocks,
+    "bmc": _sel_time_block,
+}
+CLASSIFIERS = {
+    "kernel": _kernel_classify,
+    "fabricmanager": _fm_classify,
+    "audit": _audit_classify,
+    "bmc": _bmc_classify,
+}
+
+
 def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) -> str:
     """The RainerScript of one class's ruleset on the node: the line in $rawmsg, node and cluster in $.node
     and $.cluster; leaves the ECS document in $! (the record's template is %$!%)."""
@@ -579,14 +822,11 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         "  set $.fileoffset = $!metadata!fileoffset;",
         "  set $.filename = $!metadata!filename;",
         "  unset $!metadata;",
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
-        ' path="$!_env")',
-        '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
-        "  set $.body = $rawmsg;",
-        '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
-        ' path="$!_ev")',
-        '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        *(
+            _regex_parse(catalogue)
+            if catalogue.edge_engine == "regex"
+            else _lognorm_parse(catalogue, edge_dir)
+        ),
         "  set $!message = $rawmsg;",
         "  set $!@timestamp = $.created;",
         "  set $!host!name = $.node;",
@@ -602,14 +842,14 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         # The line's own time: RFC 3339 (kept to the millisecond, in UTC), BSD syslog (this year), or
         # dmesg -T's ctime; a time that does not exist (Feb 30) is tagged and the read time stays.
         '  set $.ts = ""; set $.tsbad = "";',
-        *(_kernel_time_blocks() if catalogue.log_class == "kernel" else _fm_time_block()),
+        *TIME_BLOCKS[name](),
         '  if $.ts != "" then { set $!@timestamp = $.ts; }',
         '  if $.tsbad != "" then {',
         *_json_set("$!tags", '["timestamp_unparsed"]'),
         "  }",
         *_copy_fields(tuple(r for r in catalogue.envelopes), "$!_env"),
         *_copy_fields(catalogue.events, "$!_ev"),
-        *(_kernel_classify(catalogue) if catalogue.log_class == "kernel" else _fm_classify(catalogue)),
+        *CLASSIFIERS[name](catalogue),
         "  unset $!_env;",
         "  unset $!_ev;",
     ]
@@ -648,10 +888,13 @@ def generated_files() -> dict[Path, str]:
         pipeline = ingest_pipeline(catalogue, json.loads(path.read_text()))
         files[path] = json.dumps(pipeline, indent=2, ensure_ascii=False) + "\n"
         name = catalogue.log_class
+        if catalogue.edge_engine == "regex":
+            continue
         files[EDGE_DIR / f"{name}-envelope.rb"] = lognorm_rulebase(
             catalogue.envelopes, f"{name} log envelopes"
         )
-        files[EDGE_DIR / f"{name}-events.rb"] = lognorm_rulebase(catalogue.events, f"{name} log events")
+        if catalogue.events:
+            files[EDGE_DIR / f"{name}-events.rb"] = lognorm_rulebase(catalogue.events, f"{name} log events")
     for what in ("category", "action"):
         files[EDGE_DIR / f"xid_{what}.json"] = _xid_table(what)
     return files

@@ -14,4 +14,9 @@ ES_INDEX = "%{[@metadata][kafka][topic]}"
 # The document id: the line's origin, set on the node (event.id), else the Kafka position.
 ES_DOCUMENT_ID = "%{[@metadata][doc_id]}"
 # Topics of lines parsed on the node (ECS JSON): a second input, indexed with no ingest pipeline.
-EDGE_TOPICS = ("fleetsight-edge-kernel", "fleetsight-edge-fabricmanager")
+EDGE_TOPICS = (
+    "fleetsight-edge-kernel",
+    "fleetsight-edge-fabricmanager",
+    "fleetsight-edge-bmc",
+    "fleetsight-edge-audit",
+)

@@ -303,6 +303,55 @@ GARBAGE = [
     "x" * 5000,
 ]
 
+# BMC SEL lines (`ipmitool sel elist`): every column count, odd spacing, empty and missing columns, a
+# '|' in the detail, times that do not exist, other sensor types, near misses.
+BMC_EDGE_CASES = [
+    "   1 | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "   2 | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Deasserted",
+    "ff|11/23/2026|06:12:44|Power Supply PSU2|Presence detected|Asserted",
+    "  10 |  11/23/2026  |  06:12:44  |  Temperature   GPU0_Temp  |  Upper Non-critical going high  |  Asserted  |  Reading 85 > Threshold 80 degrees C  ",
+    "  11 | 11/23/2026 | 06:12:44 | Memory #0x01 | Uncorrectable ECC | Asserted | DIMM A1 | rank 2",
+    "  12 | 11/23/2026 | 06:12:44 | Event Logging Disabled SEL | Log area reset/cleared | Asserted",
+    "  13 | 11/23/2026 | 06:12:44 | Watchdog2 | Timer expired",
+    "  14 | 11/23/2026 | 06:12:44 | Fan FAN3 | Lower Critical going low | Asserted",
+    "  15 | 11/23/2026 | 06:12:44 | Power Unit | Power off/down | Asserted",
+    "  16 | 11/23/2026 | 06:12:44 | Unknown Sensor #0x42 | Undetermined system hardware failure | Asserted",
+    "  17 | 11/23/2026 | 06:12:44 PM | Power Supply PSU1 | AC lost | Asserted",
+    "  18 | 02/30/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  19 | 11/23/2026 | 25:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  1a | 1/2/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  1b | Pre-Init | 0000011234 | System Event | Timestamp Clock Sync | Asserted",
+    "  1c |  | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  1d | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected |",
+    "  1e | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | | detail",
+    "  1f | 11/23/2026 | 06:12:44 | Power Supply PSU1",
+    "SEL has no entries",
+    "  20 | 11/23/2026 | 06:12:44 | Processor CPU1 | IERR | Asserted",
+    "\t21 | 11/23/2026 | 06:12:44 | Processor CPU1 | IERR | Asserted",
+]
+
+# Audit lines: sshd logins (password, key, invalid user, IPv4, IPv6), sudo with and without a pid, other
+# programs, both syslog frames, and near misses.
+AUDIT_EDGE_CASES = [
+    "Nov 23 06:12:44 n0001 sshd[4321]: Accepted publickey for alice from 10.0.0.5 port 51234 ssh2: ED25519 SHA256:abc",
+    "Nov  3 06:12:44 n0001 sshd[4321]: Accepted password for root from 192.168.1.255 port 22 ssh2",
+    "2026-11-23T06:12:44.123456+00:00 n0001 sshd[4321]: Failed password for bob from 2001:db8::1 port 2222 ssh2",
+    "2026-11-23T06:12:44+01:00 n0001 sshd[4321]: Failed publickey for invalid user eve from fe80::1 port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: Failed password for bob from 10.0.0.256 port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: Failed password for bob from host.example port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: pam_unix(sshd:session): session opened for user alice(uid=1000) by (uid=0)",
+    "Nov 23 06:12:44 n0001 sudo:    alice : TTY=pts/0 ; PWD=/home/alice ; USER=root ; COMMAND=/usr/bin/systemctl restart slurmd",
+    "Nov 23 06:12:44 n0001 sudo[999]:  bob : 3 incorrect password attempts ; TTY=pts/1 ; PWD=/ ; USER=root ; COMMAND=/bin/sh",
+    "Nov 23 06:12:44 n0001 sudo: pam_unix(sudo:session): session closed for user root",
+    "Nov 23 06:12:44 n0001 CRON[1234]: (root) CMD (command -v debian-sa1 > /dev/null)",
+    "Nov 23 06:12:44 n0001 systemd-logind: New session 5 of user alice.",
+    "Nov 23 06:12:44 n0001 just text without a program",
+    "Feb 30 06:12:44 n0001 sshd[1]: Accepted password for a from 10.0.0.1 port 1 ssh2",
+    "2026-02-30T06:12:44Z n0001 sshd[1]: Accepted password for a from 10.0.0.1 port 1 ssh2",
+    "sshd[4321]: Accepted password for root from 10.0.0.7 port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: Accepted password for 100%root from 10.0.0.7 port 22 ssh2",
+]
+
 # Kernel lines the node agent parses and the ingest pipeline used to leave unparsed (dmesg -T time, a bare
 # 'kernel:' prefix, an Xid further into the line), and near misses: times that do not exist, odd spacing,
 # a '%' (liblognorm's escape), tabs. Both parsers must make the same document of each.

@@ -1,4 +1,5 @@
-"""One catalogue, two engines, the same documents: per catalogued class (kernel, Fabric Manager) a corpus
+"""One catalogue, two engines, the same documents: per catalogued class (kernel, Fabric Manager, BMC SEL,
+audit) a corpus
 (every sample, every Xid code of the catalogue in every driver generation's form and line frame, every
 line the twin writes for the log tests' scenario, the lines the two parsers used to disagree on, near
 misses and garbage) goes through the node-side parser (a real
@@ -18,7 +19,15 @@ import httpx
 import pytest
 from edge_helpers import run_edge
 from logs_helpers import TEST_SCENARIO, LogStack
-from samples import FABRICMANAGER_EDGE_CASES, GARBAGE, KERNEL_EDGE_CASES, SAMPLES, xid_generations
+from samples import (
+    AUDIT_EDGE_CASES,
+    BMC_EDGE_CASES,
+    FABRICMANAGER_EDGE_CASES,
+    GARBAGE,
+    KERNEL_EDGE_CASES,
+    SAMPLES,
+    xid_generations,
+)
 
 from fleetsight import xid_catalog
 from pipelines.catalogue import CATALOGUES
@@ -36,6 +45,10 @@ def corpus(log_class: str) -> list[str]:
     lines = [s.line for s in SAMPLES if s.log_class == log_class]
     if log_class == "fabricmanager":
         lines += FABRICMANAGER_EDGE_CASES
+    elif log_class == "bmc":
+        lines += BMC_EDGE_CASES
+    elif log_class == "audit":
+        lines += AUDIT_EDGE_CASES
     else:
         lines += XID_FIXTURE.read_text().splitlines()
         lines += KERNEL_EDGE_CASES
@@ -114,7 +127,9 @@ def results(log_stack: LogStack, tmp_path_factory: pytest.TempPathFactory) -> di
     assert len(twin.get("kernel", [])) > 20 and twin.get("fabricmanager"), {
         k: len(v) for k, v in twin.items()
     }
-    return {name: run_both(log_stack, tmp_path_factory.mktemp(name), name, twin[name]) for name in CLASSES}
+    return {
+        name: run_both(log_stack, tmp_path_factory.mktemp(name), name, twin.get(name, [])) for name in CLASSES
+    }
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +158,16 @@ def test_both_engines_make_the_same_documents(results: dict[str, list], log_clas
 def test_fabric_manager_corpus_covers_its_events(results: dict[str, list]) -> None:
     actions = {edge["event"]["action"] for _, edge, _ in results["fabricmanager"]}
     assert {"nvswitch_fatal", "sxid", "fm_error", "fm_message", "unparsed"} <= actions, actions
+
+
+def test_bmc_and_audit_corpora_cover_their_events(results: dict[str, list]) -> None:
+    bmc = {(e["event"]["action"], e["log"]["level"]) for _, e, _ in results["bmc"]}
+    assert {("bmc_sel", "error"), ("bmc_sel", "warning"), ("bmc_sel", "info"), ("unparsed", "info")} <= bmc
+    assert any(e.get("bmc", {}).get("sel", {}).get("sensor") for _, e, _ in results["bmc"])
+    audit = {e["event"]["action"] for _, e, _ in results["audit"]}
+    assert {"ssh_login", "ssh_login_failed", "sudo", "message", "unparsed"} <= audit, audit
+    tags = {t for name in ("bmc", "audit") for _, e, _ in results[name] for t in e.get("tags", [])}
+    assert {"parse_failure", "timestamp_unparsed"} <= tags
 
 
 def test_the_corpus_covers_every_event_and_frame(both: list[tuple[str, dict, dict]]) -> None:
@@ -206,7 +231,7 @@ def test_the_rulebase_is_what_rsyslog_loads(tmp_path: Path, log_class: str) -> N
 
     config = tmp_path / "r.conf"
     config.write_text(
-        edge_file_config(tmp_path, tmp_path / "in", tmp_path / "o", tmp_path / "r", "kernel", "n", "c")
+        edge_file_config(tmp_path, tmp_path / "in", tmp_path / "o", tmp_path / "r", log_class, "n", "c")
     )
     result = subprocess.run(
         ["rsyslogd", "-N1", "-f", str(config)], capture_output=True, text=True, timeout=60
