@@ -24,6 +24,10 @@ ws         one or more white-space characters   whitespace
 rest       the rest of the line (may be empty)  rest
 rfc5424    2024-08-30T11:43:09.123456+02:00     date-rfc5424
 rfc3164    Aug 30 11:43:09                      date-rfc3164
+date       2024-08-30 (month 01-12, day 01-31)  date-iso
+time       11:43:09 (hour 00-23)                time-24hr
+loss       a loss value: a JSON number, or      char-sep (up to a space , ; | or the end),
+           nan/inf/infinity (any case, signed)  then checked against the same expression
 ipv4       an IPv4 address                      ipv4
 ipv6       an IPv6 address                      ipv6
 cell       a ``|`` column: the text up to the   (regex classes only, see below)
@@ -41,8 +45,11 @@ The two regex engines agree because every such pattern is anchored at both ends 
 bounded by text it cannot contain (a cell neither starts nor ends with a space and holds no ``|``), so
 the line splits one way only, whichever way an engine searches.
 
-The kernel, Fabric Manager, BMC SEL and audit logs are catalogued. The application (job) logs keep their
-hand-written pipeline (docs/logs.md says why: a case-insensitive search anywhere in the line).
+A rule marked ``lower`` is case-insensitive: both engines try it, when no other rule matched, on the
+lower-cased text (its captures are lower-case too). ``until`` takes the first occurrence of its text
+only (liblognorm's string-to does not backtrack; the grok is an atomic group).
+
+Every log class is catalogued: kernel, Fabric Manager, application (job) logs, BMC SEL and audit.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from dataclasses import dataclass, field
 TOKEN = re.compile(r"\{([A-Za-z0-9_.@-]+(?:=[^:}]*)?):([a-z0-9]+)(?::([^}]*))?\}")
 TYPES = {
     *("int", "long", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"),
-    *("ipv4", "ipv6", "cell", "tail"),
+    *("ipv4", "ipv6", "cell", "tail", "date", "time", "loss"),
 }
 NUMERIC = {"int": "int", "long": "long", "sint": "int", "float": "double"}
 
@@ -99,6 +106,7 @@ class Rule:
     level: str = "info"  # log.level
     category: str = ""  # event.category
     derive: str = ""  # a named rule computed from the fields (see DERIVED)
+    lower: bool = False  # matched against the lower-cased text (a case-insensitive rule); after the others
 
     def fields(self) -> list[Field]:
         seen: dict[str, Field] = {}
@@ -305,6 +313,91 @@ FABRICMANAGER = ClassCatalogue(
     classify_tag="fm_classify",
 )
 
+# -- application (job) logs -------------------------------------------------------------------------
+
+_RANK = ("[rank{-:int}]:{-:ws}", "[rank{-:int}]:", "")  # torchrun's per-rank prefix, with or without
+_ERROR_TYPE = ("{error.type:to:: }: ", "")  # 'RuntimeError: ', 'torch.cuda.OutOfMemoryError: '
+
+
+def _progress() -> tuple[str, ...]:
+    """Megatron-LM's per-iteration line; its grad norm when there is one."""
+    out = []
+    for grad in ("{-:until:grad norm: }grad norm: {_tmp.grad_norm:loss}", ""):
+        for after_slash in ("{-:ws}", ""):
+            for before_bar in ("{-:ws}", ""):
+                out.append(
+                    f"iteration{{-:ws}}{{training.step:long}}/{after_slash}{{-:int}}{before_bar}|"
+                    "{-:until:elapsed time per iteration (ms): }elapsed time per iteration (ms): "
+                    "{training.step_time_ms:float}{-:until:lm loss: }lm loss: {_tmp.loss:loss}" + grad
+                )
+    return tuple(out)
+
+
+def _key_values() -> tuple[str, ...]:
+    """'step=N ... loss=X [... step_time_ms=T]' anywhere in the (lower-cased) text, keys in one style."""
+    out = []
+    for sep in ("=", ": ", " "):
+        for start in ("", f"{{-:until:step{sep}}}"):
+            for tail in (f"{{-:until:step_time_ms{sep}}}step_time_ms{sep}{{_tmp.step_time:float}}", ""):
+                out.append(
+                    f"{start}step{sep}{{training.step:long}}{{-:until:loss{sep}}}loss{sep}{{_tmp.loss:loss}}"
+                    + tail
+                )
+    return tuple(out)
+
+
+_NCCL_HEAD = "{_tmp.nccl_host:to:: [}:{process.pid:int}:{process.thread.id:long} [{nccl.local_rank:int}] "
+
+APPLICATION = ClassCatalogue(
+    log_class="application",
+    envelopes=(
+        Rule("bracketed", ("[{_tmp.date:date} {_tmp.time:time}] {_tmp.body:rest}",)),
+        Rule("iso", ("{_tmp.ts:rfc5424} {_tmp.body:rest}",)),
+        Rule("plain", ("{_tmp.date:date} {_tmp.time:time} {_tmp.body:rest}",)),
+    ),
+    events=(
+        Rule("progress", _progress()),
+        Rule(
+            "nccl_timeout",
+            tuple(
+                rank + "[E {-:to:]}] [Rank {fleetsight.rank:int}] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum={nccl.seq:long}, OpType={nccl.op:to:,}{-:until:Timeout(ms)=}"
+                "Timeout(ms)={nccl.timeout_ms:long})"
+                for rank in ("[rank{-:int}]:", "")
+            ),
+        ),
+        Rule(
+            "nccl_warn",
+            (
+                _NCCL_HEAD + "NCCL WARN {nccl.message:rest}",
+                _NCCL_HEAD + "{nccl.source:word} NCCL WARN {nccl.message:rest}",
+            ),
+        ),
+        Rule(
+            "nccl_info",
+            (
+                _NCCL_HEAD + "NCCL INFO {nccl.info:rest}",
+                _NCCL_HEAD + "{nccl.source:word} NCCL INFO {nccl.info:rest}",
+            ),
+        ),
+        Rule(
+            "cuda_error", tuple(r + t + "CUDA error: {cuda.error:rest}" for r in _RANK for t in _ERROR_TYPE)
+        ),
+        Rule(
+            "cuda_oom",
+            tuple(r + t + "{cuda.error=CUDA out of memory:rest}" for r in _RANK for t in _ERROR_TYPE),
+        ),
+        Rule(
+            "nccl_error",
+            tuple(r + t + "NCCL error{nccl.message:rest}" for r in _RANK for t in ("{-:to:: }: ", "")),
+        ),
+        Rule("key_values", _key_values(), lower=True),
+    ),
+    default_action="app_message",
+    time_formats={"line": ("yyyy-MM-dd HH:mm:ss", "ISO8601")},
+    classify_tag="app_classify",
+)
+
 # -- BMC System Event Log ---------------------------------------------------------------------------
 
 SEL_SENSOR_TYPES = (
@@ -386,4 +479,6 @@ AUDIT = ClassCatalogue(
     classify_tag="audit_classify",
 )
 
-CATALOGUES: dict[str, ClassCatalogue] = {c.log_class: c for c in (KERNEL, FABRICMANAGER, BMC, AUDIT)}
+CATALOGUES: dict[str, ClassCatalogue] = {
+    c.log_class: c for c in (KERNEL, FABRICMANAGER, APPLICATION, BMC, AUDIT)
+}

@@ -35,6 +35,16 @@ PIPELINES_DIR = Path(__file__).resolve().parent
 INGEST_DIR = PIPELINES_DIR / "ingest"
 EDGE_DIR = PIPELINES_DIR / "edge"
 
+LOSS = (
+    "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+    "|[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
+)
+# The same as a POSIX ERE (the edge checks the value char-sep took with it).
+LOSS_ERE = (
+    "^(-?(0|[1-9][0-9]*)([.][0-9]+)?([eE][-+]?[0-9]+)?"
+    "|[-+]?([nN][aA][nN]|[iI][nN][fF]([iI][nN][iI][tT][yY])?))$"
+)
+LOSS_SEPARATORS = " ,;|"
 GROK_TYPES = {
     "int": "[0-9]+",
     "long": "[0-9]+",
@@ -49,6 +59,10 @@ GROK_TYPES = {
     "rfc3164": "[A-Z][a-z]{2} {1,2}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}",
     "ipv4": "(?:{octet})(?:\\.(?:{octet})){{3}}".format(octet="25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]"),
     "ipv6": "%{IPV6}",
+    "date": "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
+    "time": "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]",
+    # A loss: a number or nan/inf, then a separator or the end (liblognorm's char-sep ends there too).
+    "loss": "(?:" + LOSS + ")(?![^ ,;|])",
     # A column: neither starts nor ends with a space, holds no '|' (the spaces around it are outside).
     "cell": "[^| ](?:[^|]*[^| ])?",
     "tail": "[^ ](?:.*[^ ])?",
@@ -74,6 +88,9 @@ LOGNORM_TYPES = {
     "rfc3164": {"type": "date-rfc3164"},
     "ipv4": {"type": "ipv4"},
     "ipv6": {"type": "ipv6"},
+    "date": {"type": "date-iso"},
+    "time": {"type": "time-24hr"},
+    "loss": {"type": "char-sep", "extradata": LOSS_SEPARATORS},
 }
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 NEGATIVE = "__neg"  # lognorm's number takes no sign: a sint field has a '-' variant under this suffix
@@ -94,7 +111,8 @@ def _field_regex(field: Field) -> str:
     if field.type == "to":
         body = "[^" + re.escape(field.arg) + "]+"
     elif field.type == "until":
-        body = ".+?(?=" + re.escape(field.arg) + ")"
+        # Atomic: the first occurrence only, as liblognorm's string-to (no backtracking to a later one).
+        body = "(?>.+?(?=" + re.escape(field.arg) + "))"
     else:
         body = GROK_TYPES[field.type]
     return re.escape(field.prefix) + body
@@ -392,6 +410,43 @@ def _bmc_sensor(grok: dict[str, Any]) -> None:
     }
 
 
+def main_events(catalogue: ClassCatalogue) -> tuple[Rule, ...]:
+    return tuple(rule for rule in catalogue.events if not rule.lower)
+
+
+def lower_events(catalogue: ClassCatalogue) -> tuple[Rule, ...]:
+    return tuple(rule for rule in catalogue.events if rule.lower)
+
+
+def _lower_events(catalogue: ClassCatalogue, processors: list[dict[str, Any]]) -> None:
+    """The case-insensitive rules: when no other rule matched, the lower-cased text through their grok."""
+    _ensure(
+        processors,
+        "events",
+        "script",
+        {
+            "tag": "lower",
+            "description": "The text in lower case for the case-insensitive rules (no other rule matched)",
+            "if": "ctx._tmp.rule == null && ctx._tmp.body != null",
+            "source": "ctx._tmp.lbody = ctx._tmp.body.toLowerCase();",
+        },
+    )
+    patterns, definitions = grok_patterns(lower_events(catalogue))
+    _ensure(
+        processors,
+        "lower",
+        "grok",
+        {
+            "tag": "events_lower",
+            "field": "_tmp.lbody",
+            "patterns": patterns,
+            "pattern_definitions": definitions,
+            "ignore_missing": True,
+            "ignore_failure": True,
+        },
+    )
+
+
 def with_ingest_time(pipeline: dict[str, Any]) -> dict[str, Any]:
     """A document without @timestamp (a source that sends none) falls back to the ingest time, rather
     than failing the pipeline (every class's pipeline gets this processor first)."""
@@ -421,8 +476,23 @@ def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict
     if catalogue.events:
         events = _by_tag(processors, "grok", "events")
         events["field"] = "_tmp.body"
-        events["patterns"], events["pattern_definitions"] = grok_patterns(catalogue.events)
-    if catalogue.log_class in {"audit", "bmc"}:
+        events["patterns"], events["pattern_definitions"] = grok_patterns(main_events(catalogue))
+    if lower_events(catalogue):
+        _lower_events(catalogue, processors)
+    if catalogue.log_class == "application":
+        _ensure(
+            processors,
+            "envelope_ok",
+            "set",
+            {
+                "tag": "line_time_text",
+                "if": "ctx._tmp.fast == null && ctx._tmp.date != null",
+                "field": "_tmp.ts",
+                "value": "{{{_tmp.date}}} {{{_tmp.time}}}",
+            },
+        )
+        _by_tag(processors, "date", "line_time")["formats"] = list(catalogue.time_formats["line"])
+    elif catalogue.log_class in {"audit", "bmc"}:
         _by_tag(processors, "date", "line_time")["formats"] = [
             f for formats in catalogue.time_formats.values() for f in formats
         ]
@@ -473,13 +543,20 @@ def _rs_path(name: str) -> str:
 def _copy_fields(rules: tuple[Rule, ...], source: str) -> list[str]:
     lines = []
     seen: set[str] = set()
+    # A field that keeps a literal prefix in one rule and not in another: that rule's value gets it after.
+    prefixed = [
+        (rule, field)
+        for rule in rules
+        for field in rule.fields()
+        if field.prefix and any(f.name == field.name and not f.prefix for r in rules for f in r.fields())
+    ]
     for rule in rules:
         for field in rule.fields():
             if field.name in seen or field.name.startswith("_tmp."):
                 continue
             seen.add(field.name)
             src = f"{source}!{lognorm_name(field.name)}"
-            value = f'"{field.prefix}" & {src}' if field.prefix else src
+            value = f'"{field.prefix}" & {src}' if field.prefix and (rule, field) not in prefixed else src
             if field.type == "float":
                 container = "$!_json_" + lognorm_name(field.name)
                 lines += [
@@ -496,6 +573,12 @@ def _copy_fields(rules: tuple[Rule, ...], source: str) -> list[str]:
                 lines.append(
                     f"  if exists({negative}) then {{ set {_rs_path(field.name)} = 0 - {negative}; }}"
                 )
+    for rule, field in prefixed:
+        src = f"{source}!{lognorm_name(field.name)}"
+        lines.append(
+            f'  if $.rule == "{rule.id}" and exists({src}) then '
+            f'{{ set {_rs_path(field.name)} = "{field.prefix}" & {src}; }}'
+        )
     return lines
 
 
@@ -698,7 +781,37 @@ def _lognorm_parse(catalogue: ClassCatalogue, edge_dir: Path) -> list[str]:
             f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
             ' path="$!_ev")',
             '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+            *_loss_checks(main_events(catalogue)),
         ]
+    if lower_events(catalogue):
+        lines += [
+            '  if $.rule == "" then {',
+            "    unset $!_ev;",
+            "    set $.lbody = tolower($.body);",
+            f'    action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events-lower.rb")}" '
+            'variable="$.lbody" path="$!_ev")',
+            '    set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+            *["  " + line for line in _loss_checks(lower_events(catalogue))],
+            "  }",
+        ]
+    return lines
+
+
+def _loss_checks(rules: tuple[Rule, ...]) -> list[str]:
+    """A loss field takes what char-sep took only when it is a loss (the grok type says so itself): a rule
+    whose every pattern has the field then did not match; one where only some have it, matched without."""
+    lines = []
+    for rule in rules:
+        for field in rule.fields():
+            if field.type != "loss":
+                continue
+            value = f"$!_ev!{lognorm_name(field.name)}"
+            everywhere = all(f"{{{field.name}:loss}}" in pattern for pattern in rule.patterns)
+            fail = '{ set $.rule = ""; unset $!_ev; }' if everywhere else f"{{ unset {value}; }}"
+            lines.append(
+                f"  if $.rule == \"{rule.id}\" and exists({value}) and not re_match({value}, '{LOSS_ERE}') "
+                f"then {fail}"
+            )
     return lines
 
 
@@ -799,13 +912,105 @@ def _bmc_classify(catalogue: ClassCatalogue) -> list[str]:
     ]
 
 
+def _app_time_block() -> list[str]:
+    """The line's 'yyyy-MM-dd HH:mm:ss' (both parts checked by the rulebase; a day past the month's end
+    is tagged), else its RFC 3339 time (as the kernel's)."""
+    return [
+        "  if exists($!_env!f__tmp_date) then {",
+        "    set $.day = $!_env!f__tmp_date; set $.hms = $!_env!f__tmp_time;",
+        '    if format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") != $.day & "T00:00:00Z" '
+        'then { set $.tsbad = "1"; }',
+        '    else { set $.ts = $.day & "T" & $.hms & ".000Z"; }',
+        "  }",
+        *_kernel_time_blocks(),
+    ]
+
+
+RANK_PATH = "/jobs/([^ ]+)/rank-([0-9]+)[.]log$"  # the pipeline's job_from_path grok, as a POSIX ERE
+
+
+def _app_classify(catalogue: ClassCatalogue) -> list[str]:
+    """The pipeline's app_classify script: progress (finite or not), NCCL timeout, CUDA, NCCL error/info,
+    a generic error; the job and rank from the file's path; the node-local rank of an NCCL line."""
+    loss, grad, step_time = "$!_ev!f__tmp_loss", "$!_ev!f__tmp_grad_norm", "$!_ev!f__tmp_step_time"
+    return [
+        f"  set $.job = re_extract($.filename, '{RANK_PATH}', 0, 1, \"\");",
+        '  if $.job != "" then {',
+        "    set $!fleetsight!hpc_job = $.job;",
+        f"    set $!fleetsight!rank = cnum(re_extract($.filename, '{RANK_PATH}', 0, 2, \"0\"));",
+        "  } else {",
+        "    set $.job = re_extract($.filename, 'slurm-([0-9]+)(_[0-9]+)?[.]out$', 0, 1, \"\");",
+        '    if $.job != "" then { set $!fleetsight!hpc_job = $.job; }',
+        "  }",
+        *_copy_fields(catalogue.events, "$!_ev"),
+        '  set $.action = ""; set $.level = "info"; set $.category = "process";',
+        f"  if exists({loss}) then {{",
+        f"    set $.raw = tolower({loss});",
+        '    if $.raw contains "nan" or $.raw contains "inf" then {',
+        *["  " + line for line in _json_set("$!training!loss_finite", "false")],
+        f"      set $!training!loss_text = {loss};",
+        '      set $.action = "loss_nonfinite"; set $.level = "error";',
+        "    } else {",
+        *["  " + line for line in _json_set("$!training!loss_finite", "true")],
+        *["  " + line for line in _json_number("$!training!loss", "$.raw")],
+        '      set $.action = "training_progress";',
+        "    }",
+        f"    if exists({grad}) then {{",
+        f"      set $.g = tolower({grad});",
+        '      if not ($.g contains "nan" or $.g contains "inf") then {',
+        *["    " + line for line in _json_number("$!training!grad_norm", "$.g")],
+        "      }",
+        "    }",
+        f"    if exists({step_time}) then {{",
+        *["    " + line for line in _json_number("$!training!step_time_ms", step_time)],
+        "    }",
+        "  } else if exists($!nccl!timeout_ms) then {",
+        '    set $.action = "nccl_timeout"; set $.level = "error"; set $.category = "network";',
+        '  } else if exists($!cuda) or ($!nccl!message startswith "Cuda failure") then {',
+        '    set $.action = "cuda_error"; set $.level = "error"; set $.category = "host";',
+        "    if not exists($!cuda) then { set $!cuda!error = $!nccl!message; }",
+        "  } else if exists($!nccl!message) then {",
+        '    set $.action = "nccl_error"; set $.level = "error"; set $.category = "network";',
+        "  } else if exists($!nccl!info) then {",
+        '    set $.action = "nccl_info"; set $.category = "network";',
+        '  } else if $.body contains "Traceback (most recent call last)" or $.body startswith "RuntimeError" '
+        'or $.body contains "Error: " then {',
+        '    set $.action = "app_error"; set $.level = "error";',
+        "  }",
+        "  if exists($!nccl!local_rank) and not exists($!fleetsight!rank) then {",
+        "    set $!fleetsight!local_rank = $!nccl!local_rank;",
+        "  }",
+        '  set $.matched = "";',
+        '  if $.action != "" then {',
+        '    set $.matched = "1";',
+        "    set $!event!action = $.action;",
+        "    set $!log!level = $.level;",
+        '    if $.level == "info" then { set $.type = "info"; } else { set $.type = "error"; }',
+        *_set_event("$.category", "$.type"),
+        "  }",
+        *_default_action(catalogue),
+    ]
+
+
+def _json_number(path: str, text: str) -> list[str]:
+    """A number from its text, parsed by json-c (strtod), as Double.parseDouble in the pipeline."""
+    container = "$!_json_" + re.sub(r"[^a-z]", "_", path.lower())
+    return [
+        f"    set $.ok = parse_json('{{\"v\": ' & {text} & '}}', '{container}');",
+        f"    set {path} = {container}!v;",
+        f"    unset {container};",
+    ]
+
+
 TIME_BLOCKS = {
+    "application": _app_time_block,
     "kernel": _kernel_time_blocks,
     "fabricmanager": _fm_time_block,
     "audit": _kernel_time_blocks,
     "bmc": _sel_time_block,
 }
 CLASSIFIERS = {
+    "application": _app_classify,
     "kernel": _kernel_classify,
     "fabricmanager": _fm_classify,
     "audit": _audit_classify,
@@ -848,7 +1053,7 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         *_json_set("$!tags", '["timestamp_unparsed"]'),
         "  }",
         *_copy_fields(tuple(r for r in catalogue.envelopes), "$!_env"),
-        *_copy_fields(catalogue.events, "$!_ev"),
+        *(_copy_fields(catalogue.events, "$!_ev") if name != "application" else []),
         *CLASSIFIERS[name](catalogue),
         "  unset $!_env;",
         "  unset $!_ev;",
@@ -894,7 +1099,13 @@ def generated_files() -> dict[Path, str]:
             catalogue.envelopes, f"{name} log envelopes"
         )
         if catalogue.events:
-            files[EDGE_DIR / f"{name}-events.rb"] = lognorm_rulebase(catalogue.events, f"{name} log events")
+            files[EDGE_DIR / f"{name}-events.rb"] = lognorm_rulebase(
+                main_events(catalogue), f"{name} log events"
+            )
+        if lower_events(catalogue):
+            files[EDGE_DIR / f"{name}-events-lower.rb"] = lognorm_rulebase(
+                lower_events(catalogue), f"{name} log events, matched in lower case"
+            )
     for what in ("category", "action"):
         files[EDGE_DIR / f"xid_{what}.json"] = _xid_table(what)
     return files

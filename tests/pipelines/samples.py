@@ -303,6 +303,57 @@ GARBAGE = [
     "x" * 5000,
 ]
 
+# Application lines: every form the twin writes, their real variants (spacing, no grad norm, NaN/inf in
+# any case, exponents), torchrun prefixes, NCCL with and without a source, the generic key=value
+# progress in any case and separator, near misses (a loss that is no number, a time that does not
+# exist, an unknown frame) and a continuation line.
+APPLICATION_EDGE_CASES = [
+    "[2026-11-21 10:01:30] iteration      100/ 2000000 | consumed samples:        12800 | elapsed time per "
+    "iteration (ms): 4098.4 | learning rate: 2.994E-04 | global batch size:   128 | lm loss: 2.531043E+00 | "
+    "loss scale: 1.0 | grad norm: 0.753 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    "[2026-11-21 10:01:30] iteration 7/2000 | elapsed time per iteration (ms): 12 | lm loss: 1.5 |",
+    "[2026-11-21 10:01:30] iteration 8/2000| elapsed time per iteration (ms): 12.25 | lm loss: -Inf | grad norm: NaN |",
+    "[2026-11-21 10:01:30] iteration 9/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: 3.0e-2 | grad norm: x |",
+    "[2026-11-21 10:01:30] iteration 10/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: abc | grad norm: 1 |",
+    "[2026-11-21 10:01:30] iteration 11/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: 01.5 |",
+    "[2026-11-21 10:01:30] iteration 12/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: infinity",
+    "Epoch 3: step=1200 loss=inf step_time_ms=512.5",
+    "[2026-11-21 10:01:31] Step: 1200, Loss: 2.5, step_time_ms: 99.5",
+    "[2026-11-21 10:01:31] STEP 5 LOSS NaN",
+    "step=1 loss=2.25",
+    "[2026-11-21 10:01:31] timestep=4 lr=0.1 loss=0.5 step=9 loss=7",
+    "[2026-11-21 10:01:31] step=4 loss=bad",
+    "[2026-11-21 10:01:31] step=4, loss=1.0; grad=2",
+    "[2026-11-21 10:08:02] [rank13]:[E ProcessGroupNCCL.cpp:616] [Rank 13] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=289, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, Timeout(ms)=600000) "
+    "ran for 600061 milliseconds before timing out.",
+    "[E ProcessGroupNCCL.cpp:616] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+    "OpType=_ALLGATHER_BASE, Timeout(ms)=1800000)",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] NCCL WARN Cuda failure 'uncorrectable NVLink error'",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] NCCL INFO transport/net.cc:1298 -> 6",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] init.cc:100 NCCL INFO comm 0x1 rank 5",
+    "[2026-11-21 10:08:02] RuntimeError: CUDA error: an illegal memory access was encountered",
+    "[2026-11-21 10:08:02] [rank3]: RuntimeError: CUDA error: unspecified launch failure",
+    "[2026-11-21 10:08:02] [rank3]:CUDA error: out of resources",
+    "CUDA error: device-side assert triggered",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "[2026-11-21 10:08:02] [rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, "
+    "unhandled system error",
+    "[2026-11-21 10:08:02] NCCL error",
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
+    "be incorrect.",
+    "[2026-11-21 10:08:02] Traceback (most recent call last):",
+    "[2026-11-21 10:08:02] ValueError: bad value",
+    "[2026-11-21 10:08:02] starting training (attempt 1) on 4 nodes, resuming from iteration 0",
+    "2026-11-21T10:08:02.5+00:00 saving checkpoint at iteration 100 to /lustre/ckpt/x",
+    "2026-11-21 10:08:02 plain frame",
+    "[2026-02-30 10:08:02] a day that does not exist",
+    "[2026-11-21 24:08:02] an hour that does not exist",
+    "[2026-11-21 10:08:02,123] python logging's milliseconds",
+    "[rank0]: nothing known",
+]
+
 # BMC SEL lines (`ipmitool sel elist`): every column count, odd spacing, empty and missing columns, a
 # '|' in the detail, times that do not exist, other sensor types, near misses.
 BMC_EDGE_CASES = [
