@@ -217,6 +217,7 @@ class ShipperOptions:
 # the shard's write lock, translog fsync with durability=request), and two workers keep both of a
 # 2-core node's write threads busy.
 EDGE_BULK_RECORDS = 5000
+EDGE_WORKERS = 2
 
 
 def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
@@ -231,7 +232,8 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
         '                 "socket.keepalive.enable=true"])',
         f'ruleset(name="ship_{name}" queue.type="LinkedList" queue.filename="ship_{name}"',
         '        queue.size="200000"',
-        f'        queue.workerThreads="2" queue.workerThreadMinimumMessages="{EDGE_BULK_RECORDS}"',
+        f'        queue.workerThreads="{EDGE_WORKERS}" '
+        f'queue.workerThreadMinimumMessages="{EDGE_BULK_RECORDS}"',
         '        queue.saveOnShutdown="on" queue.maxDiskSpace="2g" '
         f'queue.dequeueBatchSize="{EDGE_BULK_RECORDS}") {{',
         '  action(type="mmjsonparse" cookie="" useRawMsg="on")',
