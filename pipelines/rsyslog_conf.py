@@ -45,6 +45,7 @@ class NodeOptions:
     # False ships every class raw, for the ingest pipelines (the pre-#25 path; the benchmark compares).
     edge_parse: bool = True
     edge_dir: Path = generate.EDGE_DIR  # where the node finds the rulebases and lookup tables
+    raw_classes: tuple[str, ...] = ()  # catalogued classes shipped raw all the same (for the pipelines)
 
 
 def quote(text: str) -> str:
@@ -160,7 +161,9 @@ def node_config(options: NodeOptions) -> str:
             "",
         ]
     for log_class in LOG_CLASSES:
-        edge = options.edge_parse and log_class.name in CATALOGUES
+        edge = (
+            options.edge_parse and log_class.name in CATALOGUES and log_class.name not in options.raw_classes
+        )
         ruleset = f"to_kafka_{log_class.name}"
         for index, path in enumerate(node_paths(log_class, options)):
             lines.append(
@@ -220,11 +223,12 @@ EDGE_BULK_RECORDS = 5000
 EDGE_WORKERS = 2
 
 
-def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
+def edge_shipper(log_class: LogClass, options: ShipperOptions, first: bool = True) -> list[str]:
     """The edge topic of a catalogued class: ECS JSON parsed on the node, bulk-indexed with no ingest
     pipeline into the class's daily index (the line's own day, UTC), id = the line's origin."""
     name = f"edge_{log_class.name}"
     return [
+        *(['template(name="fleetsight_edge_doc" type="string" string="%$.doc%")'] if first else []),
         f'template(name="index_{name}" type="string" string="{log_class.topic}-%$.day%")',
         f'input(type="imkafka" topic="{log_class.edge_topic}" broker={brokers_array(options.brokers)}',
         f'      consumergroup="{options.consumer_group}" ruleset="ship_{name}"',
@@ -237,9 +241,12 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
         '        queue.saveOnShutdown="on" queue.maxDiskSpace="2g" '
         f'queue.dequeueBatchSize="{EDGE_BULK_RECORDS}") {{',
         '  action(type="mmjsonparse" cookie="" useRawMsg="on")',
+        # The node's JSON is the document as it came (no re-serialising it); only id and day are read.
+        "  set $.doc = $rawmsg;",
         '  if $parsesuccess != "OK" then {',
         "    set $!message = $rawmsg;",
         '    set $!tags = "not_a_node_record";',
+        '    set $.doc = exec_template("fleetsight_es_doc");',
         "  }",
         "  set $.unix = parse_time($!@timestamp);",
         '  if $.unix == 0 then { set $.unix = parse_time(exec_template("fleetsight_now")); }',
@@ -247,7 +254,7 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
         f'  action(type="omelasticsearch" name="es_{name}" server="{options.es_host}" '
         f'serverport="{options.es_port}" usehttps="off" esVersion.major="8"',
         f'         searchIndex="index_{name}" dynSearchIndex="on"',
-        '         template="fleetsight_es_doc" bulkmode="on" maxbytes="10m"',
+        '         template="fleetsight_edge_doc" bulkmode="on" maxbytes="10m"',
         '         dynbulkid="on" bulkid="fleetsight_es_id" writeoperation="index"',
         f'         retryfailures="on" retryruleset="retry_{name}"',
         f"         errorFile={quote(str(options.error_file))}",
@@ -326,5 +333,5 @@ def shipper_config(options: ShipperOptions) -> str:
             "",
         ]
         if name in CATALOGUES:
-            lines += edge_shipper(log_class, options)
+            lines += edge_shipper(log_class, options, first=name == next(iter(CATALOGUES)))
     return "\n".join(lines)
