@@ -228,6 +228,14 @@ def main() -> None:
         "--edge-phases", default="cost,drain,e2e",
         help="edge path: which figures (cost, drain, e2e); the drain also warms OpenSearch's JVM for e2e",
     )  # fmt: skip
+    parser.add_argument(
+        "--edge-bulk", type=int, default=0,
+        help="edge shipper: records per bulk request (default: pipelines/rsyslog_conf.EDGE_BULK_RECORDS)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--edge-workers", type=int, default=0,
+        help="edge shipper: worker threads, one bulk request each (default: rsyslog_conf.EDGE_WORKERS)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.path in ("edge", "both"):
         edge(args)
@@ -238,6 +246,15 @@ def main() -> None:
 def edge(args: argparse.Namespace) -> None:
     import logs_edge
 
+    from pipelines import rsyslog_conf
+
+    # Settings to compare: the shipper's configuration is written in this process (logs_edge.drain).
+    if args.edge_bulk:
+        rsyslog_conf.EDGE_BULK_RECORDS = args.edge_bulk
+    if args.edge_workers:
+        rsyslog_conf.EDGE_WORKERS = args.edge_workers
+    print(f"edge shipper: {rsyslog_conf.EDGE_BULK_RECORDS:,} records per bulk, "
+          f"{rsyslog_conf.EDGE_WORKERS} workers", flush=True)  # fmt: skip
     base = Path(tempfile.mkdtemp(prefix="fleetsight-logs-bench-edge-"))
     base.chmod(0o755)
     stack = Stack(Settings(run_dir=base / "run", port_base=free_base()))

@@ -24,12 +24,32 @@ ws         one or more white-space characters   whitespace
 rest       the rest of the line (may be empty)  rest
 rfc5424    2024-08-30T11:43:09.123456+02:00     date-rfc5424
 rfc3164    Aug 30 11:43:09                      date-rfc3164
+date       2024-08-30 (month 01-12, day 01-31)  date-iso
+time       11:43:09 (hour 00-23)                time-24hr
+loss       a loss value: a JSON number, or      char-sep (up to a space , ; | or the end),
+           nan/inf/infinity (any case, signed)  then checked against the same expression
+ipv4       an IPv4 address                      ipv4
+ipv6       an IPv6 address                      ipv6
+cell       a ``|`` column: the text up to the   (regex classes only, see below)
+           next ``|``, spaces around it dropped
+tail       the last column: the rest, trimmed   (regex classes only)
 =========  ===================================  ====================================
 
 A pattern matches a prefix of the text (grok is anchored at the start only; the rulebase gets a
 trailing ``rest``). Patterns are tried in order, the first match wins; liblognorm tries literal text
 before fields, so a catalogue lists the more literal variant first and the engines pick the same.
-The kernel and Fabric Manager logs are catalogued; the other classes keep their hand-written pipelines.
+
+A class whose lines are ``|``-separated columns (the BMC's SEL) is matched on the node by POSIX regular
+expressions generated from the same patterns (``edge_engine="regex"``): liblognorm cannot trim a column.
+The two regex engines agree because every such pattern is anchored at both ends and every field is
+bounded by text it cannot contain (a cell neither starts nor ends with a space and holds no ``|``), so
+the line splits one way only, whichever way an engine searches.
+
+A rule marked ``lower`` is case-insensitive: both engines try it, when no other rule matched, on the
+lower-cased text (its captures are lower-case too). ``until`` takes the first occurrence of its text
+only (liblognorm's string-to does not backtrack; the grok is an atomic group).
+
+Every log class is catalogued: kernel, Fabric Manager, application (job) logs, BMC SEL and audit.
 """
 
 from __future__ import annotations
@@ -38,7 +58,10 @@ import re
 from dataclasses import dataclass, field
 
 TOKEN = re.compile(r"\{([A-Za-z0-9_.@-]+(?:=[^:}]*)?):([a-z0-9]+)(?::([^}]*))?\}")
-TYPES = {"int", "long", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"}
+TYPES = {
+    *("int", "long", "sint", "float", "word", "alpha", "to", "until", "ws", "rest", "rfc5424", "rfc3164"),
+    *("ipv4", "ipv6", "cell", "tail", "date", "time", "loss"),
+}
 NUMERIC = {"int": "int", "long": "long", "sint": "int", "float": "double"}
 
 
@@ -83,6 +106,7 @@ class Rule:
     level: str = "info"  # log.level
     category: str = ""  # event.category
     derive: str = ""  # a named rule computed from the fields (see DERIVED)
+    lower: bool = False  # matched against the lower-cased text (a case-insensitive rule); after the others
 
     def fields(self) -> list[Field]:
         seen: dict[str, Field] = {}
@@ -98,6 +122,8 @@ DERIVED = {
     "ib_state": "ib.state lower-cased; down -> ib_link_down/error, up -> ib_link_up/info, "
     "else ib_port_state (info when active, else warning)",
     "fallen_off_bus": "'fallen off the bus' in the body -> gpu_fallen_off_bus/critical",
+    "success": "event.outcome success (an audit event)",
+    "failure": "event.outcome failure (an audit event)",
 }
 
 
@@ -109,6 +135,7 @@ class ClassCatalogue:
     default_action: str  # a framed line no event matched
     time_formats: dict[str, tuple[str, ...]] = field(default_factory=dict)  # time field -> date formats
     classify_tag: str = "xid_classify"  # the ingest pipeline's script processor that classifies
+    edge_engine: str = "lognorm"  # "regex": POSIX regexes in RainerScript (columns to trim, see above)
 
 
 def _uptime(head: str) -> tuple[str, ...]:
@@ -286,4 +313,172 @@ FABRICMANAGER = ClassCatalogue(
     classify_tag="fm_classify",
 )
 
-CATALOGUES: dict[str, ClassCatalogue] = {c.log_class: c for c in (KERNEL, FABRICMANAGER)}
+# -- application (job) logs -------------------------------------------------------------------------
+
+_RANK = ("[rank{-:int}]:{-:ws}", "[rank{-:int}]:", "")  # torchrun's per-rank prefix, with or without
+_ERROR_TYPE = ("{error.type:to:: }: ", "")  # 'RuntimeError: ', 'torch.cuda.OutOfMemoryError: '
+
+
+def _progress() -> tuple[str, ...]:
+    """Megatron-LM's per-iteration line; its grad norm when there is one."""
+    out = []
+    for grad in ("{-:until:grad norm: }grad norm: {_tmp.grad_norm:loss}", ""):
+        for after_slash in ("{-:ws}", ""):
+            for before_bar in ("{-:ws}", ""):
+                out.append(
+                    f"iteration{{-:ws}}{{training.step:long}}/{after_slash}{{-:int}}{before_bar}|"
+                    "{-:until:elapsed time per iteration (ms): }elapsed time per iteration (ms): "
+                    "{training.step_time_ms:float}{-:until:lm loss: }lm loss: {_tmp.loss:loss}" + grad
+                )
+    return tuple(out)
+
+
+def _key_values() -> tuple[str, ...]:
+    """'step=N ... loss=X [... step_time_ms=T]' anywhere in the (lower-cased) text, keys in one style."""
+    out = []
+    for sep in ("=", ": ", " "):
+        for start in ("", f"{{-:until:step{sep}}}"):
+            for tail in (f"{{-:until:step_time_ms{sep}}}step_time_ms{sep}{{_tmp.step_time:float}}", ""):
+                out.append(
+                    f"{start}step{sep}{{training.step:long}}{{-:until:loss{sep}}}loss{sep}{{_tmp.loss:loss}}"
+                    + tail
+                )
+    return tuple(out)
+
+
+_NCCL_HEAD = "{_tmp.nccl_host:to:: [}:{process.pid:int}:{process.thread.id:long} [{nccl.local_rank:int}] "
+
+APPLICATION = ClassCatalogue(
+    log_class="application",
+    envelopes=(
+        Rule("bracketed", ("[{_tmp.date:date} {_tmp.time:time}] {_tmp.body:rest}",)),
+        Rule("iso", ("{_tmp.ts:rfc5424} {_tmp.body:rest}",)),
+        Rule("plain", ("{_tmp.date:date} {_tmp.time:time} {_tmp.body:rest}",)),
+    ),
+    events=(
+        Rule("progress", _progress()),
+        Rule(
+            "nccl_timeout",
+            tuple(
+                rank + "[E {-:to:]}] [Rank {fleetsight.rank:int}] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum={nccl.seq:long}, OpType={nccl.op:to:,}{-:until:Timeout(ms)=}"
+                "Timeout(ms)={nccl.timeout_ms:long})"
+                for rank in ("[rank{-:int}]:", "")
+            ),
+        ),
+        Rule(
+            "nccl_warn",
+            (
+                _NCCL_HEAD + "NCCL WARN {nccl.message:rest}",
+                _NCCL_HEAD + "{nccl.source:word} NCCL WARN {nccl.message:rest}",
+            ),
+        ),
+        Rule(
+            "nccl_info",
+            (
+                _NCCL_HEAD + "NCCL INFO {nccl.info:rest}",
+                _NCCL_HEAD + "{nccl.source:word} NCCL INFO {nccl.info:rest}",
+            ),
+        ),
+        Rule(
+            "cuda_error", tuple(r + t + "CUDA error: {cuda.error:rest}" for r in _RANK for t in _ERROR_TYPE)
+        ),
+        Rule(
+            "cuda_oom",
+            tuple(r + t + "{cuda.error=CUDA out of memory:rest}" for r in _RANK for t in _ERROR_TYPE),
+        ),
+        Rule(
+            "nccl_error",
+            tuple(r + t + "NCCL error{nccl.message:rest}" for r in _RANK for t in ("{-:to:: }: ", "")),
+        ),
+        Rule("key_values", _key_values(), lower=True),
+    ),
+    default_action="app_message",
+    time_formats={"line": ("yyyy-MM-dd HH:mm:ss", "ISO8601")},
+    classify_tag="app_classify",
+)
+
+# -- BMC System Event Log ---------------------------------------------------------------------------
+
+SEL_SENSOR_TYPES = (
+    *("Power Supply", "Power Unit", "Temperature", "Voltage", "Fan", "Processor", "Memory", "Drive Slot"),
+    *("System Event", "Critical Interrupt", "Watchdog2", "Event Logging Disabled", "OS Boot"),
+    *("System Firmware Progress", "Physical Security", "Add-in Card", "Chassis", "Module / Board"),
+    *("Slot / Connector", "Current", "Microcontroller"),
+)
+"""The sensor column starts with its IPMI sensor type; what follows is the sensor's name."""
+# The level of an asserted SEL event from words in its text (lower-cased); deasserted is info.
+SEL_ERROR_WORDS = ("failure", "critical", "uncorrectable", "non-recoverable", "lost", "fault")
+SEL_INFO_WORDS = ("presence detected", "log area reset")
+
+
+def _sel_columns(*names: str) -> str:
+    """`ipmitool sel elist`: id | date | time | sensor | event [| direction [| detail]], each column
+    trimmed; the last one takes the rest of the line."""
+    return "|".join(f"{{{name}:cell}}" for name in names[:-1]) + f"|{{{names[-1]}:tail}}"
+
+
+_SEL = ("bmc.sel.id", "_tmp.date", "_tmp.time", "_tmp.sensor", "bmc.sel.event")
+
+BMC = ClassCatalogue(
+    log_class="bmc",
+    envelopes=(
+        Rule(
+            "sel",
+            (
+                _sel_columns(*_SEL, "bmc.sel.direction", "bmc.sel.detail"),
+                _sel_columns(*_SEL, "bmc.sel.direction"),
+                _sel_columns(*_SEL),
+            ),
+        ),
+    ),
+    events=(),
+    default_action="message",
+    time_formats={"sel": ("MM/dd/yyyy HH:mm:ss",)},
+    classify_tag="bmc_classify",
+    edge_engine="regex",
+)
+
+# -- audit (auth.log: sshd, sudo) -------------------------------------------------------------------
+
+
+def _ssh(outcome: str) -> tuple[str, ...]:
+    return tuple(
+        f"sshd[{{process.pid:int}}]: {outcome} {{_tmp.method:word}} for {invalid}{{user.name:word}} "
+        f"from {{source.ip:{ip}}} port {{source.port:int}}"
+        for invalid in ("invalid user ", "")
+        for ip in ("ipv4", "ipv6")
+    )
+
+
+_SUDO = "{user.name:word} : {-:until:COMMAND=}COMMAND={process.command_line:rest}"
+
+AUDIT = ClassCatalogue(
+    log_class="audit",
+    envelopes=(
+        Rule("syslog_iso", ("{_tmp.ts:rfc5424} {_tmp.host:word} {_tmp.body:rest}",)),
+        Rule("syslog_bsd", ("{_tmp.ts:rfc3164} {_tmp.host:word} {_tmp.body:rest}",)),
+    ),
+    events=(
+        Rule("ssh_accepted", _ssh("Accepted"), "ssh_login", "info", "authentication", derive="success"),
+        Rule("ssh_failed", _ssh("Failed"), "ssh_login_failed", "warning", "authentication", derive="failure"),
+        Rule(
+            "sudo",
+            (f"sudo[{{process.pid:int}}]:{{-:ws}}{_SUDO}", f"sudo:{{-:ws}}{_SUDO}"),
+            "sudo",
+            "",
+            "process",
+        ),
+        Rule(
+            "program",
+            ("{process.name:to:[}[{process.pid:int}]: {-:rest}", "{process.name:to::}: {-:rest}"),
+        ),
+    ),
+    default_action="message",
+    time_formats={"rfc5424": ("ISO8601",), "rfc3164": ("MMM d HH:mm:ss", "MMM  d HH:mm:ss")},
+    classify_tag="audit_classify",
+)
+
+CATALOGUES: dict[str, ClassCatalogue] = {
+    c.log_class: c for c in (KERNEL, FABRICMANAGER, APPLICATION, BMC, AUDIT)
+}

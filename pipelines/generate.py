@@ -19,12 +19,32 @@ from typing import Any
 
 from fleetsight import xid_catalog
 
-from .catalogue import CATALOGUES, NUMERIC, ClassCatalogue, Field, Rule, tokens
+from .catalogue import (
+    CATALOGUES,
+    NUMERIC,
+    SEL_ERROR_WORDS,
+    SEL_INFO_WORDS,
+    SEL_SENSOR_TYPES,
+    ClassCatalogue,
+    Field,
+    Rule,
+    tokens,
+)
 
 PIPELINES_DIR = Path(__file__).resolve().parent
 INGEST_DIR = PIPELINES_DIR / "ingest"
 EDGE_DIR = PIPELINES_DIR / "edge"
 
+LOSS = (
+    "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+    "|[-+]?(?:[nN][aA][nN]|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
+)
+# The same as a POSIX ERE (the edge checks the value char-sep took with it).
+LOSS_ERE = (
+    "^(-?(0|[1-9][0-9]*)([.][0-9]+)?([eE][-+]?[0-9]+)?"
+    "|[-+]?([nN][aA][nN]|[iI][nN][fF]([iI][nN][iI][tT][yY])?))$"
+)
+LOSS_SEPARATORS = " ,;|"
 GROK_TYPES = {
     "int": "[0-9]+",
     "long": "[0-9]+",
@@ -37,6 +57,22 @@ GROK_TYPES = {
     "rfc5424": "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\\.[0-9]{1,6})?"
     "(?:Z|[+-][0-9]{2}:[0-9]{2})",
     "rfc3164": "[A-Z][a-z]{2} {1,2}[0-9]{1,2} [0-9]{2}:[0-9]{2}:[0-9]{2}",
+    "ipv4": "(?:{octet})(?:\\.(?:{octet})){{3}}".format(octet="25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]"),
+    "ipv6": "%{IPV6}",
+    "date": "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
+    "time": "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]",
+    # A loss: a number or nan/inf, then a separator or the end (liblognorm's char-sep ends there too).
+    "loss": "(?:" + LOSS + ")(?![^ ,;|])",
+    # A column: neither starts nor ends with a space, holds no '|' (the spaces around it are outside).
+    "cell": "[^| ](?:[^|]*[^| ])?",
+    "tail": "[^ ](?:.*[^ ])?",
+}
+# POSIX extended regexes of the column types (RainerScript re_match/re_extract): the same sets as above.
+ERE_TYPES = {
+    "int": "[0-9]+",
+    "word": "[^ ]+",
+    "cell": " *([^| ]([^|]*[^| ])?) *",
+    "tail": " *([^ ](.*[^ ])?) *$",
 }
 LOGNORM_TYPES = {
     "int": {"type": "number", "format": "number"},
@@ -50,6 +86,11 @@ LOGNORM_TYPES = {
     "rest": {"type": "rest"},
     "rfc5424": {"type": "date-rfc5424"},
     "rfc3164": {"type": "date-rfc3164"},
+    "ipv4": {"type": "ipv4"},
+    "ipv6": {"type": "ipv6"},
+    "date": {"type": "date-iso"},
+    "time": {"type": "time-24hr"},
+    "loss": {"type": "char-sep", "extradata": LOSS_SEPARATORS},
 }
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 NEGATIVE = "__neg"  # lognorm's number takes no sign: a sint field has a '-' variant under this suffix
@@ -70,7 +111,8 @@ def _field_regex(field: Field) -> str:
     if field.type == "to":
         body = "[^" + re.escape(field.arg) + "]+"
     elif field.type == "until":
-        body = ".+?(?=" + re.escape(field.arg) + ")"
+        # Atomic: the first occurrence only, as liblognorm's string-to (no backtracking to a later one).
+        body = "(?>.+?(?=" + re.escape(field.arg) + "))"
     else:
         body = GROK_TYPES[field.type]
     return re.escape(field.prefix) + body
@@ -86,10 +128,12 @@ def grok_pattern(pattern: str, rule_id: str, definitions: dict[str, str]) -> str
         name = _definition_name(token)
         definitions[name] = _field_regex(token)
         if token.name == "-":
-            out.append("%{" + name + "}")
+            field = "%{" + name + "}"
         else:
             suffix = ":" + NUMERIC[token.type] if token.type in NUMERIC else ""
-            out.append("%{" + name + ":" + token.name + suffix + "}")
+            field = "%{" + name + ":" + token.name + suffix + "}"
+        # A column's spaces around its text are not part of it.
+        out.append({"cell": " *{} *", "tail": " *{} *$"}.get(token.type, "{}").format(field))
     return "".join(out)
 
 
@@ -148,6 +192,31 @@ def lognorm_rulebase(rules: tuple[Rule, ...], what: str) -> str:
         for pattern in rule.patterns:
             lines += [f"rule={rule.id}:{body}" for body in _lognorm_variants(pattern)]
     return "\n".join(lines) + "\n"
+
+
+# -- POSIX regexes (edge, classes of columns) -------------------------------------------------------
+
+
+def _ere_literal(text: str) -> str:
+    if any(c in text for c in "^\\'[]"):
+        raise ValueError(f"no ERE literal for {text!r}")
+    return "".join(f"[{c}]" if c in ".*+?(){}|$" else c for c in text)
+
+
+def ere_pattern(pattern: str) -> tuple[str, dict[str, int]]:
+    """One catalogue pattern as an anchored POSIX ERE, and the submatch number of each field."""
+    out, groups, count = ["^"], {}, 0
+    for token in tokens(pattern):
+        if isinstance(token, str):
+            out.append(_ere_literal(token))
+            continue
+        regex = ERE_TYPES[token.type]
+        if "(" not in regex:
+            regex = f"({regex})"
+        groups[token.name] = count + 1
+        count += regex.count("(")
+        out.append(regex)
+    return "".join(out), groups
 
 
 # -- classify (both engines) -----------------------------------------------------------------------
@@ -295,6 +364,89 @@ if (r != null && r.action != '') {
 }"""
 
 
+AUDIT_CLASSIFY_SOURCE = """\
+String rule = null;
+if (ctx._tmp.rule != null) { for (def key : ctx._tmp.rule.keySet()) { rule = key; } }
+def r = rule == null ? null : params.rules[rule];
+if (r != null && r.action != '') {
+  ctx._tmp.matched = true;
+  ctx.event.action = r.action;
+  if (r.derive != '') { ctx.event.outcome = r.derive; }
+  ctx.event.category = [r.category];
+  ctx.event.type = ['start'];
+  if (r.level != '') {
+    if (ctx.log == null) { ctx.log = [:]; }
+    ctx.log.level = r.level;
+  }
+}"""
+
+BMC_CLASSIFY_SOURCE = """\
+if (ctx.bmc != null && ctx.bmc.sel != null && ctx.bmc.sel.event != null) {
+  ctx._tmp.matched = true;
+  String e = ctx.bmc.sel.event.toLowerCase();
+  boolean error = false; boolean info = false;
+  for (def word : params.error_words) { if (e.contains(word)) { error = true; } }
+  for (def word : params.info_words) { if (e.contains(word)) { info = true; } }
+  String level = 'warning';
+  if (ctx.bmc.sel.direction == 'Deasserted') { level = 'info'; }
+  else if (error) { level = 'error'; }
+  else if (info) { level = 'info'; }
+  ctx.event.action = 'bmc_sel';
+  if (ctx.log == null) { ctx.log = [:]; }
+  ctx.log.level = level;
+  ctx.event.category = ['host'];
+  ctx.event.type = [level == 'info' ? 'info' : 'error'];
+}"""
+
+
+def _bmc_sensor(grok: dict[str, Any]) -> None:
+    """The sensor column: its IPMI sensor type, then the sensor's name (else all of it is the type)."""
+    grok["patterns"] = [
+        "^%{SEL_TYPE:bmc.sel.sensor_type} %{GREEDYDATA:bmc.sel.sensor}$",
+        "^%{GREEDYDATA:bmc.sel.sensor_type}$",
+    ]
+    grok["pattern_definitions"] = {
+        "SEL_TYPE": "(?:" + "|".join(re.escape(t).replace("\\ ", " ") for t in SEL_SENSOR_TYPES) + ")"
+    }
+
+
+def main_events(catalogue: ClassCatalogue) -> tuple[Rule, ...]:
+    return tuple(rule for rule in catalogue.events if not rule.lower)
+
+
+def lower_events(catalogue: ClassCatalogue) -> tuple[Rule, ...]:
+    return tuple(rule for rule in catalogue.events if rule.lower)
+
+
+def _lower_events(catalogue: ClassCatalogue, processors: list[dict[str, Any]]) -> None:
+    """The case-insensitive rules: when no other rule matched, the lower-cased text through their grok."""
+    _ensure(
+        processors,
+        "events",
+        "script",
+        {
+            "tag": "lower",
+            "description": "The text in lower case for the case-insensitive rules (no other rule matched)",
+            "if": "ctx._tmp.rule == null && ctx._tmp.body != null",
+            "source": "ctx._tmp.lbody = ctx._tmp.body.toLowerCase();",
+        },
+    )
+    patterns, definitions = grok_patterns(lower_events(catalogue))
+    _ensure(
+        processors,
+        "lower",
+        "grok",
+        {
+            "tag": "events_lower",
+            "field": "_tmp.lbody",
+            "patterns": patterns,
+            "pattern_definitions": definitions,
+            "ignore_missing": True,
+            "ignore_failure": True,
+        },
+    )
+
+
 def with_ingest_time(pipeline: dict[str, Any]) -> dict[str, Any]:
     """A document without @timestamp (a source that sends none) falls back to the ingest time, rather
     than failing the pipeline (every class's pipeline gets this processor first)."""
@@ -321,10 +473,39 @@ def ingest_pipeline(catalogue: ClassCatalogue, pipeline: dict[str, Any]) -> dict
     patterns, definitions = grok_patterns(catalogue.envelopes)
     envelope["patterns"] = [p.replace("^(?<_tmp.rule.", "^(?<_tmp.envelope_rule.") for p in patterns]
     envelope["pattern_definitions"] = definitions
-    events = _by_tag(processors, "grok", "events")
-    events["field"] = "_tmp.body"
-    events["patterns"], events["pattern_definitions"] = grok_patterns(catalogue.events)
-    if catalogue.log_class == "kernel":
+    if catalogue.events:
+        events = _by_tag(processors, "grok", "events")
+        events["field"] = "_tmp.body"
+        events["patterns"], events["pattern_definitions"] = grok_patterns(main_events(catalogue))
+    if lower_events(catalogue):
+        _lower_events(catalogue, processors)
+    if catalogue.log_class == "application":
+        _ensure(
+            processors,
+            "envelope_ok",
+            "set",
+            {
+                "tag": "line_time_text",
+                "if": "ctx._tmp.fast == null && ctx._tmp.date != null",
+                "field": "_tmp.ts",
+                "value": "{{{_tmp.date}}} {{{_tmp.time}}}",
+            },
+        )
+        _by_tag(processors, "date", "line_time")["formats"] = list(catalogue.time_formats["line"])
+    elif catalogue.log_class in {"audit", "bmc"}:
+        _by_tag(processors, "date", "line_time")["formats"] = [
+            f for formats in catalogue.time_formats.values() for f in formats
+        ]
+        classify = _by_tag(processors, "script", catalogue.classify_tag)
+        if catalogue.log_class == "audit":
+            classify.update(source=AUDIT_CLASSIFY_SOURCE, params={"rules": rule_params(catalogue)})
+        else:
+            _bmc_sensor(_by_tag(processors, "grok", "sensor"))
+            classify.update(
+                source=BMC_CLASSIFY_SOURCE,
+                params={"error_words": list(SEL_ERROR_WORDS), "info_words": list(SEL_INFO_WORDS)},
+            )
+    elif catalogue.log_class == "kernel":
         _kernel_times(catalogue, processors)
         pipeline["processors"] = [
             p for p in processors if not ("convert" in p and p["convert"].get("field") == "_tmp.uptime")
@@ -362,13 +543,20 @@ def _rs_path(name: str) -> str:
 def _copy_fields(rules: tuple[Rule, ...], source: str) -> list[str]:
     lines = []
     seen: set[str] = set()
+    # A field that keeps a literal prefix in one rule and not in another: that rule's value gets it after.
+    prefixed = [
+        (rule, field)
+        for rule in rules
+        for field in rule.fields()
+        if field.prefix and any(f.name == field.name and not f.prefix for r in rules for f in r.fields())
+    ]
     for rule in rules:
         for field in rule.fields():
             if field.name in seen or field.name.startswith("_tmp."):
                 continue
             seen.add(field.name)
             src = f"{source}!{lognorm_name(field.name)}"
-            value = f'"{field.prefix}" & {src}' if field.prefix else src
+            value = f'"{field.prefix}" & {src}' if field.prefix and (rule, field) not in prefixed else src
             if field.type == "float":
                 container = "$!_json_" + lognorm_name(field.name)
                 lines += [
@@ -385,6 +573,12 @@ def _copy_fields(rules: tuple[Rule, ...], source: str) -> list[str]:
                 lines.append(
                     f"  if exists({negative}) then {{ set {_rs_path(field.name)} = 0 - {negative}; }}"
                 )
+    for rule, field in prefixed:
+        src = f"{source}!{lognorm_name(field.name)}"
+        lines.append(
+            f'  if $.rule == "{rule.id}" and exists({src}) then '
+            f'{{ set {_rs_path(field.name)} = "{field.prefix}" & {src}; }}'
+        )
     return lines
 
 
@@ -570,6 +764,260 @@ def _fm_classify(catalogue: ClassCatalogue) -> list[str]:
     ]
 
 
+def _lognorm_parse(catalogue: ClassCatalogue, edge_dir: Path) -> list[str]:
+    """mmnormalize the line's frame, then the body: fields under $!_env and $!_ev, rule ids in $.envelope
+    and $.rule (from the rule's tag)."""
+    name = catalogue.log_class
+    lines = [
+        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
+        ' path="$!_env")',
+        '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        "  set $.body = $rawmsg;",
+        '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
+        '  set $.rule = "";',
+    ]
+    if catalogue.events:
+        lines += [
+            f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
+            ' path="$!_ev")',
+            '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+            *_loss_checks(main_events(catalogue)),
+        ]
+    if lower_events(catalogue):
+        lines += [
+            '  if $.rule == "" then {',
+            "    unset $!_ev;",
+            "    set $.lbody = tolower($.body);",
+            f'    action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events-lower.rb")}" '
+            'variable="$.lbody" path="$!_ev")',
+            '    set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+            *["  " + line for line in _loss_checks(lower_events(catalogue))],
+            "  }",
+        ]
+    return lines
+
+
+def _loss_checks(rules: tuple[Rule, ...]) -> list[str]:
+    """A loss field takes what char-sep took only when it is a loss (the grok type says so itself): a rule
+    whose every pattern has the field then did not match; one where only some have it, matched without."""
+    lines = []
+    for rule in rules:
+        for field in rule.fields():
+            if field.type != "loss":
+                continue
+            value = f"$!_ev!{lognorm_name(field.name)}"
+            everywhere = all(f"{{{field.name}:loss}}" in pattern for pattern in rule.patterns)
+            fail = '{ set $.rule = ""; unset $!_ev; }' if everywhere else f"{{ unset {value}; }}"
+            lines.append(
+                f"  if $.rule == \"{rule.id}\" and exists({value}) and not re_match({value}, '{LOSS_ERE}') "
+                f"then {fail}"
+            )
+    return lines
+
+
+def _regex_parse(catalogue: ClassCatalogue) -> list[str]:
+    """The envelope patterns as POSIX regexes, tried in order (the first that matches wins, as in grok);
+    each field is its submatch, under $!_env as mmnormalize would put it."""
+    lines = ['  set $.envelope = "";', "  set $.body = $rawmsg;", '  set $.rule = "";']
+    keyword = "if"
+    for rule in catalogue.envelopes:
+        for pattern in rule.patterns:
+            regex, groups = ere_pattern(pattern)
+            lines.append(f"  {keyword} re_match($rawmsg, '{regex}') then {{")
+            lines.append(f'    set $.envelope = "{rule.id}";')
+            lines += [
+                f"    set $!_env!{lognorm_name(name)} = re_extract($rawmsg, '{regex}', 0, {group}, \"\");"
+                for name, group in groups.items()
+            ]
+            lines.append("  }")
+            keyword = "else if"
+    return lines
+
+
+def _sel_time_block() -> list[str]:
+    """The SEL's date and time columns, 'MM/dd/yyyy HH:mm:ss' (UTC, as the pipeline's date processor)."""
+    return [
+        "  if exists($!_env!f__tmp_date) then {",
+        '    set $.parts = re_extract($!_env!f__tmp_date & " " & $!_env!f__tmp_time, '
+        "'^[0-9]{2}/[0-9]{2}/[0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2}$', 0, 0, \"\");",
+        '    set $.day = substring($.parts, 6, 4) & "-" & substring($.parts, 0, 2) & "-" '
+        "& substring($.parts, 3, 2);",
+        "    set $.hms = substring($.parts, 11, 8);",
+        '    if $.parts == "" or format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") '
+        '!= $.day & "T00:00:00Z" or format_time(parse_time($.day & "T" & $.hms & "Z"), "date-rfc3339") '
+        '!= $.day & "T" & $.hms & "Z" then { set $.tsbad = "1"; }',
+        '    else { set $.ts = $.day & "T" & $.hms & ".000Z"; }',
+        "  }",
+    ]
+
+
+def _audit_classify(catalogue: ClassCatalogue) -> list[str]:
+    lines = ['  set $.matched = "";']
+    for rule in catalogue.events:
+        if not rule.action:
+            continue
+        lines += [
+            f'  if $.rule == "{rule.id}" then {{',
+            f'    set $!event!action = "{rule.action}";',
+            *([f'    set $!event!outcome = "{rule.derive}";'] if rule.derive else []),
+            *_set_event(f'"{rule.category}"', '"start"'),
+            *([f'    set $!log!level = "{rule.level}";'] if rule.level else []),
+            '    set $.matched = "1";',
+            "  }",
+        ]
+    return [*lines, *_default_action(catalogue)]
+
+
+def _default_action(catalogue: ClassCatalogue) -> list[str]:
+    """The pipeline's parse_failure script: unparsed when neither frame nor event matched; the class's
+    default action otherwise; level info unless set."""
+    return [
+        '  if $.envelope == "" and $.matched == "" then {',
+        '    set $!event!action = "unparsed";',
+        *_json_set("$!tags", '["parse_failure"]'),
+        "  }",
+        f'  if not exists($!event!action) then {{ set $!event!action = "{catalogue.default_action}"; }}',
+        '  if not exists($!log!level) then { set $!log!level = "info"; }',
+    ]
+
+
+def _bmc_classify(catalogue: ClassCatalogue) -> list[str]:
+    """Sensor type and name from the sensor column; bmc_sel with a level from the event's words."""
+    types = "|".join(_ere_literal(t) for t in SEL_SENSOR_TYPES)
+    sensor = "$!_env!f__tmp_sensor"
+    errors = " or ".join(f'$.e contains "{w}"' for w in SEL_ERROR_WORDS)
+    infos = " or ".join(f'$.e contains "{w}"' for w in SEL_INFO_WORDS)
+    return [
+        f"  if exists({sensor}) then {{",
+        f"    set $.st = re_extract({sensor}, '^({types}) (.*)$', 0, 1, \"\");",
+        '    if $.st != "" then {',
+        "      set $!bmc!sel!sensor_type = $.st;",
+        f"      set $!bmc!sel!sensor = re_extract({sensor}, '^({types}) (.*)$', 0, 2, \"\");",
+        f"    }} else {{ set $!bmc!sel!sensor_type = {sensor}; }}",
+        "  }",
+        '  set $.matched = "";',
+        "  if exists($!bmc!sel!event) then {",
+        '    set $.matched = "1";',
+        "    set $.e = tolower($!bmc!sel!event);",
+        '    set $.level = "warning";',
+        '    if $!bmc!sel!direction == "Deasserted" then { set $.level = "info"; }',
+        f'    else if {errors} then {{ set $.level = "error"; }}',
+        f'    else if {infos} then {{ set $.level = "info"; }}',
+        '    set $!event!action = "bmc_sel";',
+        "    set $!log!level = $.level;",
+        '    if $.level == "info" then { set $.type = "info"; } else { set $.type = "error"; }',
+        *_set_event('"host"', "$.type"),
+        "  }",
+        *_default_action(catalogue),
+    ]
+
+
+def _app_time_block() -> list[str]:
+    """The line's 'yyyy-MM-dd HH:mm:ss' (both parts checked by the rulebase; a day past the month's end
+    is tagged), else its RFC 3339 time (as the kernel's)."""
+    return [
+        "  if exists($!_env!f__tmp_date) then {",
+        "    set $.day = $!_env!f__tmp_date; set $.hms = $!_env!f__tmp_time;",
+        '    if format_time(parse_time($.day & "T00:00:00Z"), "date-rfc3339") != $.day & "T00:00:00Z" '
+        'then { set $.tsbad = "1"; }',
+        '    else { set $.ts = $.day & "T" & $.hms & ".000Z"; }',
+        "  }",
+        *_kernel_time_blocks(),
+    ]
+
+
+RANK_PATH = "/jobs/([^ ]+)/rank-([0-9]+)[.]log$"  # the pipeline's job_from_path grok, as a POSIX ERE
+
+
+def _app_classify(catalogue: ClassCatalogue) -> list[str]:
+    """The pipeline's app_classify script: progress (finite or not), NCCL timeout, CUDA, NCCL error/info,
+    a generic error; the job and rank from the file's path; the node-local rank of an NCCL line."""
+    loss, grad, step_time = "$!_ev!f__tmp_loss", "$!_ev!f__tmp_grad_norm", "$!_ev!f__tmp_step_time"
+    return [
+        f"  set $.job = re_extract($.filename, '{RANK_PATH}', 0, 1, \"\");",
+        '  if $.job != "" then {',
+        "    set $!fleetsight!hpc_job = $.job;",
+        f"    set $!fleetsight!rank = cnum(re_extract($.filename, '{RANK_PATH}', 0, 2, \"0\"));",
+        "  } else {",
+        "    set $.job = re_extract($.filename, 'slurm-([0-9]+)(_[0-9]+)?[.]out$', 0, 1, \"\");",
+        '    if $.job != "" then { set $!fleetsight!hpc_job = $.job; }',
+        "  }",
+        *_copy_fields(catalogue.events, "$!_ev"),
+        '  set $.action = ""; set $.level = "info"; set $.category = "process";',
+        f"  if exists({loss}) then {{",
+        f"    set $.raw = tolower({loss});",
+        '    if $.raw contains "nan" or $.raw contains "inf" then {',
+        *["  " + line for line in _json_set("$!training!loss_finite", "false")],
+        f"      set $!training!loss_text = {loss};",
+        '      set $.action = "loss_nonfinite"; set $.level = "error";',
+        "    } else {",
+        *["  " + line for line in _json_set("$!training!loss_finite", "true")],
+        *["  " + line for line in _json_number("$!training!loss", "$.raw")],
+        '      set $.action = "training_progress";',
+        "    }",
+        f"    if exists({grad}) then {{",
+        f"      set $.g = tolower({grad});",
+        '      if not ($.g contains "nan" or $.g contains "inf") then {',
+        *["    " + line for line in _json_number("$!training!grad_norm", "$.g")],
+        "      }",
+        "    }",
+        f"    if exists({step_time}) then {{",
+        *["    " + line for line in _json_number("$!training!step_time_ms", step_time)],
+        "    }",
+        "  } else if exists($!nccl!timeout_ms) then {",
+        '    set $.action = "nccl_timeout"; set $.level = "error"; set $.category = "network";',
+        '  } else if exists($!cuda) or ($!nccl!message startswith "Cuda failure") then {',
+        '    set $.action = "cuda_error"; set $.level = "error"; set $.category = "host";',
+        "    if not exists($!cuda) then { set $!cuda!error = $!nccl!message; }",
+        "  } else if exists($!nccl!message) then {",
+        '    set $.action = "nccl_error"; set $.level = "error"; set $.category = "network";',
+        "  } else if exists($!nccl!info) then {",
+        '    set $.action = "nccl_info"; set $.category = "network";',
+        '  } else if $.body contains "Traceback (most recent call last)" or $.body startswith "RuntimeError" '
+        'or $.body contains "Error: " then {',
+        '    set $.action = "app_error"; set $.level = "error";',
+        "  }",
+        "  if exists($!nccl!local_rank) and not exists($!fleetsight!rank) then {",
+        "    set $!fleetsight!local_rank = $!nccl!local_rank;",
+        "  }",
+        '  set $.matched = "";',
+        '  if $.action != "" then {',
+        '    set $.matched = "1";',
+        "    set $!event!action = $.action;",
+        "    set $!log!level = $.level;",
+        '    if $.level == "info" then { set $.type = "info"; } else { set $.type = "error"; }',
+        *_set_event("$.category", "$.type"),
+        "  }",
+        *_default_action(catalogue),
+    ]
+
+
+def _json_number(path: str, text: str) -> list[str]:
+    """A number from its text, parsed by json-c (strtod), as Double.parseDouble in the pipeline."""
+    container = "$!_json_" + re.sub(r"[^a-z]", "_", path.lower())
+    return [
+        f"    set $.ok = parse_json('{{\"v\": ' & {text} & '}}', '{container}');",
+        f"    set {path} = {container}!v;",
+        f"    unset {container};",
+    ]
+
+
+TIME_BLOCKS = {
+    "application": _app_time_block,
+    "kernel": _kernel_time_blocks,
+    "fabricmanager": _fm_time_block,
+    "audit": _kernel_time_blocks,
+    "bmc": _sel_time_block,
+}
+CLASSIFIERS = {
+    "application": _app_classify,
+    "kernel": _kernel_classify,
+    "fabricmanager": _fm_classify,
+    "audit": _audit_classify,
+    "bmc": _bmc_classify,
+}
+
+
 def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) -> str:
     """The RainerScript of one class's ruleset on the node: the line in $rawmsg, node and cluster in $.node
     and $.cluster; leaves the ECS document in $! (the record's template is %$!%)."""
@@ -579,14 +1027,11 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         "  set $.fileoffset = $!metadata!fileoffset;",
         "  set $.filename = $!metadata!filename;",
         "  unset $!metadata;",
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-envelope.rb")}" useRawMsg="on"'
-        ' path="$!_env")',
-        '  set $.envelope = re_extract($!_env!event.tags, \'"([^"]+)"\', 0, 1, "");',
-        "  set $.body = $rawmsg;",
-        '  if $.envelope != "" then { set $.body = $!_env!f__tmp_body; }',
-        f'  action(type="mmnormalize" ruleBase="{edge_dir / (name + "-events.rb")}" variable="$.body"'
-        ' path="$!_ev")',
-        '  set $.rule = re_extract($!_ev!event.tags, \'"([^"]+)"\', 0, 1, "");',
+        *(
+            _regex_parse(catalogue)
+            if catalogue.edge_engine == "regex"
+            else _lognorm_parse(catalogue, edge_dir)
+        ),
         "  set $!message = $rawmsg;",
         "  set $!@timestamp = $.created;",
         "  set $!host!name = $.node;",
@@ -602,14 +1047,14 @@ def edge_ruleset(catalogue: ClassCatalogue, edge_dir: Path, time_template: str) 
         # The line's own time: RFC 3339 (kept to the millisecond, in UTC), BSD syslog (this year), or
         # dmesg -T's ctime; a time that does not exist (Feb 30) is tagged and the read time stays.
         '  set $.ts = ""; set $.tsbad = "";',
-        *(_kernel_time_blocks() if catalogue.log_class == "kernel" else _fm_time_block()),
+        *TIME_BLOCKS[name](),
         '  if $.ts != "" then { set $!@timestamp = $.ts; }',
         '  if $.tsbad != "" then {',
         *_json_set("$!tags", '["timestamp_unparsed"]'),
         "  }",
         *_copy_fields(tuple(r for r in catalogue.envelopes), "$!_env"),
-        *_copy_fields(catalogue.events, "$!_ev"),
-        *(_kernel_classify(catalogue) if catalogue.log_class == "kernel" else _fm_classify(catalogue)),
+        *(_copy_fields(catalogue.events, "$!_ev") if name != "application" else []),
+        *CLASSIFIERS[name](catalogue),
         "  unset $!_env;",
         "  unset $!_ev;",
     ]
@@ -648,10 +1093,19 @@ def generated_files() -> dict[Path, str]:
         pipeline = ingest_pipeline(catalogue, json.loads(path.read_text()))
         files[path] = json.dumps(pipeline, indent=2, ensure_ascii=False) + "\n"
         name = catalogue.log_class
+        if catalogue.edge_engine == "regex":
+            continue
         files[EDGE_DIR / f"{name}-envelope.rb"] = lognorm_rulebase(
             catalogue.envelopes, f"{name} log envelopes"
         )
-        files[EDGE_DIR / f"{name}-events.rb"] = lognorm_rulebase(catalogue.events, f"{name} log events")
+        if catalogue.events:
+            files[EDGE_DIR / f"{name}-events.rb"] = lognorm_rulebase(
+                main_events(catalogue), f"{name} log events"
+            )
+        if lower_events(catalogue):
+            files[EDGE_DIR / f"{name}-events-lower.rb"] = lognorm_rulebase(
+                lower_events(catalogue), f"{name} log events, matched in lower case"
+            )
     for what in ("category", "action"):
         files[EDGE_DIR / f"xid_{what}.json"] = _xid_table(what)
     return files

@@ -49,6 +49,7 @@ class NodeOptions:
     # SASL_SSL + SCRAM to the nodes' listener (docs/security.md T2, T3); None: PLAINTEXT (tests of the
     # parsing alone, never a deployment).
     kafka_auth: RsyslogAuth | None = None
+    raw_classes: tuple[str, ...] = ()  # catalogued classes shipped raw all the same (for the pipelines)
 
 
 def quote(text: str) -> str:
@@ -172,7 +173,9 @@ def node_config(options: NodeOptions) -> str:
             "",
         ]
     for log_class in LOG_CLASSES:
-        edge = options.edge_parse and log_class.name in CATALOGUES
+        edge = (
+            options.edge_parse and log_class.name in CATALOGUES and log_class.name not in options.raw_classes
+        )
         ruleset = f"to_kafka_{log_class.name}"
         for index, path in enumerate(node_paths(log_class, options)):
             lines.append(
@@ -241,26 +244,32 @@ SHIPPER_KAFKA_PARAMS = ["auto.offset.reset=earliest", "fetch.wait.max.ms=50", "s
 # the shard's write lock, translog fsync with durability=request), and two workers keep both of a
 # 2-core node's write threads busy.
 EDGE_BULK_RECORDS = 5000
+EDGE_WORKERS = 2
 
 
-def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
+def edge_shipper(log_class: LogClass, options: ShipperOptions, first: bool = True) -> list[str]:
     """The edge topic of a catalogued class: ECS JSON parsed on the node, bulk-indexed with no ingest
     pipeline into the class's daily index (the line's own day, UTC), id = the line's origin."""
     name = f"edge_{log_class.name}"
     return [
+        *(['template(name="fleetsight_edge_doc" type="string" string="%$.doc%")'] if first else []),
         f'template(name="index_{name}" type="string" string="{log_class.topic}-%$.day%")',
         f'input(type="imkafka" topic="{log_class.edge_topic}" broker={brokers_array(options.brokers)}',
         f'      consumergroup="{options.consumer_group}" ruleset="ship_{name}"',
         conf_params(SHIPPER_KAFKA_PARAMS, options.kafka_auth, "      ") + ")",
         f'ruleset(name="ship_{name}" queue.type="LinkedList" queue.filename="ship_{name}"',
         '        queue.size="200000"',
-        f'        queue.workerThreads="2" queue.workerThreadMinimumMessages="{EDGE_BULK_RECORDS}"',
+        f'        queue.workerThreads="{EDGE_WORKERS}" '
+        f'queue.workerThreadMinimumMessages="{EDGE_BULK_RECORDS}"',
         '        queue.saveOnShutdown="on" queue.maxDiskSpace="2g" '
         f'queue.dequeueBatchSize="{EDGE_BULK_RECORDS}") {{',
         '  action(type="mmjsonparse" cookie="" useRawMsg="on")',
+        # The node's JSON is the document as it came (no re-serialising it); only id and day are read.
+        "  set $.doc = $rawmsg;",
         '  if $parsesuccess != "OK" then {',
         "    set $!message = $rawmsg;",
         '    set $!tags = "not_a_node_record";',
+        '    set $.doc = exec_template("fleetsight_es_doc");',
         "  }",
         "  set $.unix = parse_time($!@timestamp);",
         '  if $.unix == 0 then { set $.unix = parse_time(exec_template("fleetsight_now")); }',
@@ -268,7 +277,7 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions) -> list[str]:
         f'  action(type="omelasticsearch" name="es_{name}" server="{options.es_host}" '
         f'serverport="{options.es_port}" usehttps="off" esVersion.major="8"',
         f'         searchIndex="index_{name}" dynSearchIndex="on"',
-        '         template="fleetsight_es_doc" bulkmode="on" maxbytes="10m"',
+        '         template="fleetsight_edge_doc" bulkmode="on" maxbytes="10m"',
         '         dynbulkid="on" bulkid="fleetsight_es_id" writeoperation="index"',
         f'         retryfailures="on" retryruleset="retry_{name}"',
         f"         errorFile={quote(str(options.error_file))}",
@@ -346,5 +355,5 @@ def shipper_config(options: ShipperOptions) -> str:
             "",
         ]
         if name in CATALOGUES:
-            lines += edge_shipper(log_class, options)
+            lines += edge_shipper(log_class, options, first=name == next(iter(CATALOGUES)))
     return "\n".join(lines)

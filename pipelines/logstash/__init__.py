@@ -14,4 +14,6 @@ ES_INDEX = "%{[@metadata][kafka][topic]}"
 # The document id: the line's origin, set on the node (event.id), else the Kafka position.
 ES_DOCUMENT_ID = "%{[@metadata][doc_id]}"
 # Topics of lines parsed on the node (ECS JSON): a second input, indexed with no ingest pipeline.
-EDGE_TOPICS = ("fleetsight-edge-kernel", "fleetsight-edge-fabricmanager")
+EDGE_TOPICS = tuple(
+    f"fleetsight-edge-{name}" for name in ("kernel", "fabricmanager", "application", "bmc", "audit")
+)

@@ -20,10 +20,15 @@ def lines_of(path: Path) -> list[str]:
 
 
 def run_edge(
-    lines: list[str], work_dir: Path, log_class: str = "kernel", node: str = "n0003"
+    lines: list[str],
+    work_dir: Path,
+    log_class: str = "kernel",
+    node: str = "n0003",
+    file_name: str = "kern.log",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    work_dir.mkdir(parents=True, exist_ok=True)
-    source, out, raw = work_dir / "kern.log", work_dir / "edge.jsonl", work_dir / "raw.jsonl"
+    """file_name: where the lines are, below work_dir (the application class reads job and rank from it)."""
+    source, out, raw = work_dir / file_name, work_dir / "edge.jsonl", work_dir / "raw.jsonl"
+    source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text("".join(line + "\n" for line in lines))
     config = work_dir / "rsyslog.conf"
     config.write_text(edge_file_config(work_dir, source, out, raw, log_class, node, "test"))

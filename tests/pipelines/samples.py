@@ -303,6 +303,106 @@ GARBAGE = [
     "x" * 5000,
 ]
 
+# Application lines: every form the twin writes, their real variants (spacing, no grad norm, NaN/inf in
+# any case, exponents), torchrun prefixes, NCCL with and without a source, the generic key=value
+# progress in any case and separator, near misses (a loss that is no number, a time that does not
+# exist, an unknown frame) and a continuation line.
+APPLICATION_EDGE_CASES = [
+    "[2026-11-21 10:01:30] iteration      100/ 2000000 | consumed samples:        12800 | elapsed time per "
+    "iteration (ms): 4098.4 | learning rate: 2.994E-04 | global batch size:   128 | lm loss: 2.531043E+00 | "
+    "loss scale: 1.0 | grad norm: 0.753 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    "[2026-11-21 10:01:30] iteration 7/2000 | elapsed time per iteration (ms): 12 | lm loss: 1.5 |",
+    "[2026-11-21 10:01:30] iteration 8/2000| elapsed time per iteration (ms): 12.25 | lm loss: -Inf | grad norm: NaN |",
+    "[2026-11-21 10:01:30] iteration 9/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: 3.0e-2 | grad norm: x |",
+    "[2026-11-21 10:01:30] iteration 10/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: abc | grad norm: 1 |",
+    "[2026-11-21 10:01:30] iteration 11/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: 01.5 |",
+    "[2026-11-21 10:01:30] iteration 12/ 2000 | elapsed time per iteration (ms): 12.5 | lm loss: infinity",
+    "Epoch 3: step=1200 loss=inf step_time_ms=512.5",
+    "[2026-11-21 10:01:31] Step: 1200, Loss: 2.5, step_time_ms: 99.5",
+    "[2026-11-21 10:01:31] STEP 5 LOSS NaN",
+    "step=1 loss=2.25",
+    "[2026-11-21 10:01:31] timestep=4 lr=0.1 loss=0.5 step=9 loss=7",
+    "[2026-11-21 10:01:31] step=4 loss=bad",
+    "[2026-11-21 10:01:31] step=4, loss=1.0; grad=2",
+    "[2026-11-21 10:08:02] [rank13]:[E ProcessGroupNCCL.cpp:616] [Rank 13] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=289, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, Timeout(ms)=600000) "
+    "ran for 600061 milliseconds before timing out.",
+    "[E ProcessGroupNCCL.cpp:616] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+    "OpType=_ALLGATHER_BASE, Timeout(ms)=1800000)",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] NCCL WARN Cuda failure 'uncorrectable NVLink error'",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] NCCL INFO transport/net.cc:1298 -> 6",
+    "[2026-11-21 10:08:05] n0003:4013:4113 [5] init.cc:100 NCCL INFO comm 0x1 rank 5",
+    "[2026-11-21 10:08:02] RuntimeError: CUDA error: an illegal memory access was encountered",
+    "[2026-11-21 10:08:02] [rank3]: RuntimeError: CUDA error: unspecified launch failure",
+    "[2026-11-21 10:08:02] [rank3]:CUDA error: out of resources",
+    "CUDA error: device-side assert triggered",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "[2026-11-21 10:08:02] [rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, "
+    "unhandled system error",
+    "[2026-11-21 10:08:02] NCCL error",
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
+    "be incorrect.",
+    "[2026-11-21 10:08:02] Traceback (most recent call last):",
+    "[2026-11-21 10:08:02] ValueError: bad value",
+    "[2026-11-21 10:08:02] starting training (attempt 1) on 4 nodes, resuming from iteration 0",
+    "2026-11-21T10:08:02.5+00:00 saving checkpoint at iteration 100 to /lustre/ckpt/x",
+    "2026-11-21 10:08:02 plain frame",
+    "[2026-02-30 10:08:02] a day that does not exist",
+    "[2026-11-21 24:08:02] an hour that does not exist",
+    "[2026-11-21 10:08:02,123] python logging's milliseconds",
+    "[rank0]: nothing known",
+]
+
+# BMC SEL lines (`ipmitool sel elist`): every column count, odd spacing, empty and missing columns, a
+# '|' in the detail, times that do not exist, other sensor types, near misses.
+BMC_EDGE_CASES = [
+    "   1 | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "   2 | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Deasserted",
+    "ff|11/23/2026|06:12:44|Power Supply PSU2|Presence detected|Asserted",
+    "  10 |  11/23/2026  |  06:12:44  |  Temperature   GPU0_Temp  |  Upper Non-critical going high  |  Asserted  |  Reading 85 > Threshold 80 degrees C  ",
+    "  11 | 11/23/2026 | 06:12:44 | Memory #0x01 | Uncorrectable ECC | Asserted | DIMM A1 | rank 2",
+    "  12 | 11/23/2026 | 06:12:44 | Event Logging Disabled SEL | Log area reset/cleared | Asserted",
+    "  13 | 11/23/2026 | 06:12:44 | Watchdog2 | Timer expired",
+    "  14 | 11/23/2026 | 06:12:44 | Fan FAN3 | Lower Critical going low | Asserted",
+    "  15 | 11/23/2026 | 06:12:44 | Power Unit | Power off/down | Asserted",
+    "  16 | 11/23/2026 | 06:12:44 | Unknown Sensor #0x42 | Undetermined system hardware failure | Asserted",
+    "  17 | 11/23/2026 | 06:12:44 PM | Power Supply PSU1 | AC lost | Asserted",
+    "  18 | 02/30/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  19 | 11/23/2026 | 25:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  1a | 1/2/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  1b | Pre-Init | 0000011234 | System Event | Timestamp Clock Sync | Asserted",
+    "  1c |  | 06:12:44 | Power Supply PSU1 | Failure detected | Asserted",
+    "  1d | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected |",
+    "  1e | 11/23/2026 | 06:12:44 | Power Supply PSU1 | Failure detected | | detail",
+    "  1f | 11/23/2026 | 06:12:44 | Power Supply PSU1",
+    "SEL has no entries",
+    "  20 | 11/23/2026 | 06:12:44 | Processor CPU1 | IERR | Asserted",
+    "\t21 | 11/23/2026 | 06:12:44 | Processor CPU1 | IERR | Asserted",
+]
+
+# Audit lines: sshd logins (password, key, invalid user, IPv4, IPv6), sudo with and without a pid, other
+# programs, both syslog frames, and near misses.
+AUDIT_EDGE_CASES = [
+    "Nov 23 06:12:44 n0001 sshd[4321]: Accepted publickey for alice from 10.0.0.5 port 51234 ssh2: ED25519 SHA256:abc",
+    "Nov  3 06:12:44 n0001 sshd[4321]: Accepted password for root from 192.168.1.255 port 22 ssh2",
+    "2026-11-23T06:12:44.123456+00:00 n0001 sshd[4321]: Failed password for bob from 2001:db8::1 port 2222 ssh2",
+    "2026-11-23T06:12:44+01:00 n0001 sshd[4321]: Failed publickey for invalid user eve from fe80::1 port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: Failed password for bob from 10.0.0.256 port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: Failed password for bob from host.example port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: pam_unix(sshd:session): session opened for user alice(uid=1000) by (uid=0)",
+    "Nov 23 06:12:44 n0001 sudo:    alice : TTY=pts/0 ; PWD=/home/alice ; USER=root ; COMMAND=/usr/bin/systemctl restart slurmd",
+    "Nov 23 06:12:44 n0001 sudo[999]:  bob : 3 incorrect password attempts ; TTY=pts/1 ; PWD=/ ; USER=root ; COMMAND=/bin/sh",
+    "Nov 23 06:12:44 n0001 sudo: pam_unix(sudo:session): session closed for user root",
+    "Nov 23 06:12:44 n0001 CRON[1234]: (root) CMD (command -v debian-sa1 > /dev/null)",
+    "Nov 23 06:12:44 n0001 systemd-logind: New session 5 of user alice.",
+    "Nov 23 06:12:44 n0001 just text without a program",
+    "Feb 30 06:12:44 n0001 sshd[1]: Accepted password for a from 10.0.0.1 port 1 ssh2",
+    "2026-02-30T06:12:44Z n0001 sshd[1]: Accepted password for a from 10.0.0.1 port 1 ssh2",
+    "sshd[4321]: Accepted password for root from 10.0.0.7 port 22 ssh2",
+    "Nov 23 06:12:44 n0001 sshd[4321]: Accepted password for 100%root from 10.0.0.7 port 22 ssh2",
+]
+
 # Kernel lines the node agent parses and the ingest pipeline used to leave unparsed (dmesg -T time, a bare
 # 'kernel:' prefix, an Xid further into the line), and near misses: times that do not exist, odd spacing,
 # a '%' (liblognorm's escape), tabs. Both parsers must make the same document of each.

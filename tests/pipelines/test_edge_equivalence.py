@@ -1,4 +1,5 @@
-"""One catalogue, two engines, the same documents: per catalogued class (kernel, Fabric Manager) a corpus
+"""One catalogue, two engines, the same documents: per catalogued class (kernel, Fabric Manager, BMC SEL,
+audit) a corpus
 (every sample, every Xid code of the catalogue in every driver generation's form and line frame, every
 line the twin writes for the log tests' scenario, the lines the two parsers used to disagree on, near
 misses and garbage) goes through the node-side parser (a real
@@ -18,7 +19,16 @@ import httpx
 import pytest
 from edge_helpers import run_edge
 from logs_helpers import TEST_SCENARIO, LogStack
-from samples import FABRICMANAGER_EDGE_CASES, GARBAGE, KERNEL_EDGE_CASES, SAMPLES, xid_generations
+from samples import (
+    APPLICATION_EDGE_CASES,
+    AUDIT_EDGE_CASES,
+    BMC_EDGE_CASES,
+    FABRICMANAGER_EDGE_CASES,
+    GARBAGE,
+    KERNEL_EDGE_CASES,
+    SAMPLES,
+    xid_generations,
+)
 
 from fleetsight import xid_catalog
 from pipelines.catalogue import CATALOGUES
@@ -36,6 +46,12 @@ def corpus(log_class: str) -> list[str]:
     lines = [s.line for s in SAMPLES if s.log_class == log_class]
     if log_class == "fabricmanager":
         lines += FABRICMANAGER_EDGE_CASES
+    elif log_class == "application":
+        lines += APPLICATION_EDGE_CASES
+    elif log_class == "bmc":
+        lines += BMC_EDGE_CASES
+    elif log_class == "audit":
+        lines += AUDIT_EDGE_CASES
     else:
         lines += XID_FIXTURE.read_text().splitlines()
         lines += KERNEL_EDGE_CASES
@@ -82,7 +98,9 @@ def twin_lines(work: Path) -> dict[str, list[str]]:
 
 def run_both(stack: LogStack, work: Path, log_class: str, extra: list[str]) -> list[tuple[str, dict, dict]]:
     lines = corpus(log_class) + extra
-    edge, records = run_edge(lines, work, log_class)
+    # The application class takes the job and the rank from the file's path.
+    file_name = "jobs/4101/rank-13.log" if log_class == "application" else "kern.log"
+    edge, records = run_edge(lines, work, log_class, file_name=file_name)
     url = stack.search_url
     pipeline = BY_NAME[log_class].pipeline_id
     docs = [{"_index": pipeline, "_id": r["event"]["id"], "_source": r} for r in records]
@@ -114,7 +132,9 @@ def results(log_stack: LogStack, tmp_path_factory: pytest.TempPathFactory) -> di
     assert len(twin.get("kernel", [])) > 20 and twin.get("fabricmanager"), {
         k: len(v) for k, v in twin.items()
     }
-    return {name: run_both(log_stack, tmp_path_factory.mktemp(name), name, twin[name]) for name in CLASSES}
+    return {
+        name: run_both(log_stack, tmp_path_factory.mktemp(name), name, twin.get(name, [])) for name in CLASSES
+    }
 
 
 @pytest.fixture(scope="module")
@@ -131,11 +151,12 @@ def test_both_engines_make_the_same_documents(results: dict[str, list], log_clas
         diff = {
             k: (left.get(k), right.get(k)) for k in left.keys() | right.keys() if left.get(k) != right.get(k)
         }
-        if diff:
-            differences.append(f"{line[:160]!r}: edge vs pipeline {diff}")
         day = edge["@timestamp"][:10].replace("-", ".")
         want = f"{BY_NAME[log_class].topic}-{day}"
-        assert resolved_index(ingest["_index"]) == want, (line, ingest["_index"])
+        if resolved_index(ingest["_index"]) != want:
+            diff["_index"] = (want, ingest["_index"])
+        if diff:
+            differences.append(f"{line[:160]!r}: edge vs pipeline {diff}")
     total = len(results[log_class])
     assert not differences, f"{len(differences)} of {total} differ:\n" + "\n".join(differences[:20])
 
@@ -143,6 +164,27 @@ def test_both_engines_make_the_same_documents(results: dict[str, list], log_clas
 def test_fabric_manager_corpus_covers_its_events(results: dict[str, list]) -> None:
     actions = {edge["event"]["action"] for _, edge, _ in results["fabricmanager"]}
     assert {"nvswitch_fatal", "sxid", "fm_error", "fm_message", "unparsed"} <= actions, actions
+
+
+def test_application_bmc_and_audit_corpora_cover_their_events(results: dict[str, list]) -> None:
+    """Not a vacuous agreement: every event of these classes, both tags, job and rank from the path."""
+    app = {e["event"]["action"] for _, e, _ in results["application"]}
+    assert {
+        "training_progress", "loss_nonfinite", "nccl_timeout", "cuda_error", "nccl_error", "nccl_info",
+        "app_error", "app_message", "unparsed",
+    } <= app, app  # fmt: skip
+    progress = [e for _, e, _ in results["application"] if e["event"]["action"] == "training_progress"]
+    assert all(e["fleetsight"]["hpc_job"] == "4101" for e in progress)
+    assert any("grad_norm" in e["training"] for e in progress)
+    upper = [e for line, e, _ in results["application"] if line.startswith("[2026-11-21 10:01:31] STEP")]
+    assert upper and upper[0]["training"]["loss_text"] == "nan", "case-insensitive, lower-cased captures"
+    bmc = {(e["event"]["action"], e["log"]["level"]) for _, e, _ in results["bmc"]}
+    assert {("bmc_sel", "error"), ("bmc_sel", "warning"), ("bmc_sel", "info"), ("unparsed", "info")} <= bmc
+    assert any(e.get("bmc", {}).get("sel", {}).get("sensor") for _, e, _ in results["bmc"])
+    audit = {e["event"]["action"] for _, e, _ in results["audit"]}
+    assert {"ssh_login", "ssh_login_failed", "sudo", "message", "unparsed"} <= audit, audit
+    tags = {t for name in ("bmc", "audit") for _, e, _ in results[name] for t in e.get("tags", [])}
+    assert {"parse_failure", "timestamp_unparsed"} <= tags
 
 
 def test_the_corpus_covers_every_event_and_frame(both: list[tuple[str, dict, dict]]) -> None:
@@ -206,7 +248,7 @@ def test_the_rulebase_is_what_rsyslog_loads(tmp_path: Path, log_class: str) -> N
 
     config = tmp_path / "r.conf"
     config.write_text(
-        edge_file_config(tmp_path, tmp_path / "in", tmp_path / "o", tmp_path / "r", "kernel", "n", "c")
+        edge_file_config(tmp_path, tmp_path / "in", tmp_path / "o", tmp_path / "r", log_class, "n", "c")
     )
     result = subprocess.run(
         ["rsyslogd", "-N1", "-f", str(config)], capture_output=True, text=True, timeout=60

@@ -5,6 +5,7 @@ long ones (OpenSearch 5 min, Kafka 1 min)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import subprocess
 import time
@@ -17,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from logs_helpers import LOSS_SCENARIO, LogStack
 
 from pipelines.catalogue import CATALOGUES
+from pipelines.component import LOCAL_RAW_CLASSES
 from pipelines.logclasses import BY_NAME, LOG_CLASSES
 from pipelines.rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS
 from support import FLEETSIGHT, REPO_ROOT, wait_until
@@ -78,16 +80,18 @@ def kafka_records(stack: LogStack, topics: list[str]) -> int:
         consumer.close()
 
 
-# The catalogued classes (kernel, Fabric Manager) are parsed on the node and indexed with no pipeline
-# (the edge path); the others go raw through the ingest pipelines. Each path's counts are reported apart.
-EDGE_TOPICS = [BY_NAME[name].edge_topic for name in CATALOGUES]
-EDGE_PATH = f"edge ({', '.join(CATALOGUES)}: parsed on the node, no pipeline)"
+# The catalogued classes are parsed on the node and indexed with no pipeline (the edge path); the local
+# stack ships the jobs' logs raw, through their ingest pipeline. Each path's counts are reported apart.
+EDGE_CLASSES = [name for name in CATALOGUES if name not in LOCAL_RAW_CLASSES]
+EDGE_TOPICS = [BY_NAME[name].edge_topic for name in EDGE_CLASSES]
+EDGE_PATH = f"edge ({', '.join(EDGE_CLASSES)}: parsed on the node, no pipeline)"
 PIPELINE_TOPICS = [c.topic for c in LOG_CLASSES]
-EDGE_FILES = tuple("/" + path.rsplit("/", 1)[-1] for name in CATALOGUES for path in BY_NAME[name].twin_files)
+PIPELINE_PATH = f"pipeline ({', '.join(LOCAL_RAW_CLASSES)}: raw, through the ingest pipelines)"
+EDGE_FILES = ["*/" + path for name in EDGE_CLASSES for path in BY_NAME[name].twin_files]
 
 
 def is_edge(origin: tuple[str, int]) -> bool:
-    return origin[0].endswith(EDGE_FILES)
+    return any(fnmatch.fnmatch(origin[0], pattern) for pattern in EDGE_FILES)
 
 
 def path_counts(
@@ -174,7 +178,7 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
         edge_delivered = kafka_records(log_stack, EDGE_TOPICS)
         per_path = {
             EDGE_PATH: path_counts(written, documents, True),
-            "pipeline (other classes: ingest pipelines)": path_counts(written, documents, False),
+            PIPELINE_PATH: path_counts(written, documents, False),
         }
         rejected = settings.data_dir("rsyslog-shipper") / "rejected.jsonl"
         if rejected.exists():
@@ -208,3 +212,4 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
     # The edge path was exercised: kernel lines were written and went through the edge topic.
     edge = per_path[EDGE_PATH]
     assert edge["written"] > 0 and edge_delivered >= edge["written"], (edge, edge_delivered)
+    assert per_path[PIPELINE_PATH]["written"] > 0, "the ingest-pipeline path was not exercised"
