@@ -142,8 +142,11 @@ def test_the_node_agent_reads_the_host_read_only_on_gpu_nodes(full: list[dict[st
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert {"key": "fleetsight.io/unhealthy", "operator": "Exists"} in pod["tolerations"]
     container = pod["containers"][0]
-    host_mounts = {m["name"]: m for m in container["volumeMounts"] if m["name"] != "tmp"}
-    assert sorted(host_mounts) == ["log", "proc", "sys"] and all(m["readOnly"] for m in host_mounts.values())
+    mounts = {m["name"]: m for m in container["volumeMounts"] if m["name"] != "tmp"}
+    assert sorted(mounts) == ["log", "metrics-auth", "proc", "sys"]
+    assert all(m["readOnly"] for m in mounts.values())
+    host_paths = sorted(v["name"] for v in pod["volumes"] if "hostPath" in v)
+    assert host_paths == ["log", "proc", "sys"], "the host is reached through these three mounts only"
     assert container["resources"]["requests"] == {"cpu": "10m", "memory": "64Mi"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["automountServiceAccountToken"] is False

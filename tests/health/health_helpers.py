@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -22,6 +22,8 @@ import yaml
 from health.component import serve_command
 from health.slurm_local import LocalSlurm, missing
 from support import free_port, wait_until
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = [f"n{i:04d}" for i in range(1, 17)]
@@ -55,14 +57,22 @@ class Process:
 
     def wait_ready(self, url: str, timeout: float = 30) -> None:
         def ready() -> bool:
-            if self.popen.poll() is not None:
-                pytest.fail(f"{self.name} exited {self.popen.returncode}:\n{self.log.read_text()[-3000:]}")
             try:
                 return httpx.get(url, timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_until(ready, timeout=timeout, what=f"{self.name} at {url}")
+        self.wait_for(ready, what=f"{self.name} at {url}", timeout=timeout)
+
+    def wait_for(self, predicate: Callable[[], T], what: str, timeout: float = 60) -> T:
+        """Poll predicate until it holds, failing at once (with the log) if the process has died."""
+
+        def alive_and_ready() -> T:
+            if self.popen.poll() is not None:
+                pytest.fail(f"{self.name} exited {self.popen.returncode}:\n{self.log.read_text()[-3000:]}")
+            return predicate()
+
+        return wait_until(alive_and_ready, timeout=timeout, what=what)
 
     def stop(self) -> None:
         if self.popen.poll() is None:

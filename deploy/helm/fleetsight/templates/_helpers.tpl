@@ -60,6 +60,9 @@ capabilities:
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: /metrics
+{{- if and .secured .root.Values.metricsAuth.enabled }}
+prometheus.io/scheme: https
+{{- end }}
 fleetsight.io/job: {{ .job }}
 {{- end }}
 {{- end -}}
@@ -151,5 +154,75 @@ spec:
     - port: http
       path: /metrics
       interval: {{ .root.Values.monitoring.operator.interval }}
+      {{- if .secured }}
+      {{- include "fleetsight.metricsEndpointAuth" .root | nindent 6 }}
+      {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The exporters' TLS and basic auth (values: metricsAuth): the Secret, where pods mount it, the
+argument, the volume, and how Prometheus (PodMonitor/ServiceMonitor) scrapes with it. */}}
+{{- define "fleetsight.metricsAuthSecret" -}}
+{{- .Values.metricsAuth.existingSecret | default (printf "%s-metrics-auth" (include "fleetsight.fullname" .)) -}}
+{{- end -}}
+
+{{- define "fleetsight.metricsAuthDir" -}}
+/etc/fleetsight/metrics-auth
+{{- end -}}
+
+{{- define "fleetsight.metricsAuthArgs" -}}
+{{- if .Values.metricsAuth.enabled -}}
+- --web.config.file={{ include "fleetsight.metricsAuthDir" . }}/web-config.yml
+{{- end }}
+{{- end -}}
+
+{{- define "fleetsight.metricsAuthMount" -}}
+{{- if .Values.metricsAuth.enabled -}}
+- {name: metrics-auth, mountPath: {{ include "fleetsight.metricsAuthDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "fleetsight.metricsAuthVolume" -}}
+{{- if .Values.metricsAuth.enabled -}}
+- name: metrics-auth
+  secret:
+    secretName: {{ include "fleetsight.metricsAuthSecret" . }}
+    defaultMode: 0440
+    items:
+      - {key: web-config.yml, path: web-config.yml}
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- end }}
+{{- end -}}
+
+{{/* Probes of an exporter: with basic auth on, every HTTP request needs the password, which must not go
+into the pod spec; the probes then only check that the port accepts connections. */}}
+{{- define "fleetsight.exporterProbes" -}}
+{{- if .Values.metricsAuth.enabled -}}
+readinessProbe:
+  tcpSocket: {port: http}
+  periodSeconds: 10
+livenessProbe:
+  tcpSocket: {port: http}
+  initialDelaySeconds: 30
+  periodSeconds: 30
+  failureThreshold: 4
+{{- else -}}
+{{- include "fleetsight.probes" (dict "ready" "/metrics") }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodMonitor/ServiceMonitor endpoint's scheme, TLS and basic auth, from the metrics-auth Secret. */}}
+{{- define "fleetsight.metricsEndpointAuth" -}}
+{{- if .Values.metricsAuth.enabled -}}
+{{- $secret := include "fleetsight.metricsAuthSecret" . -}}
+scheme: https
+tlsConfig:
+  serverName: {{ .Values.metricsAuth.serverName }}
+  ca:
+    secret: {name: {{ $secret }}, key: ca.crt}
+basicAuth:
+  username: {name: {{ $secret }}, key: username}
+  password: {name: {{ $secret }}, key: password}
 {{- end }}
 {{- end -}}
