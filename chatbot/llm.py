@@ -118,7 +118,7 @@ def build_messages(
 
 
 def injected(passages: list[tuple[Citation, str]], live: list[str]) -> list[str]:
-    """Where the data reads as instructions to a model: "docs/runbooks/X.md — Section", "live facts"."""
+    """Where the data reads as instructions to a model: "docs/runbooks/<alert>.md — Section", "live facts"."""
     where = [f"{c.file} — {c.section}" for c, text in passages if INJECTION.search(text)]
     return where + (["live facts"] if any(INJECTION.search(fact) for fact in live) else [])
 
