@@ -9,6 +9,9 @@ and Kafka and OpenSearch, both fetched from Maven Central with Maven.
   ``{{field}}`` templates, which Elasticsearch has built in) from ``maven/opensearch-module.pom.xml``.
   It refuses to run as root, so when setup runs as root its files belong to :data:`OPENSEARCH_USER`
   and the server is started through ``runuser`` (:func:`opensearch_command`).
+- OpenSearch with its security plugin (``maven/opensearch-security.pom.xml``, the plugin's own zip put in
+  by its own installer) is a second install beside the first, hard-linked to it: the security tests
+  start it (configured by ``opensearch_security.py``); the local stack keeps the one without.
 
 Each install is assembled in a temporary folder beside its final place and renamed into place only
 when complete, with a stamp of the pinned versions (and the pom's hash) that the checks compare.
@@ -482,12 +485,21 @@ def opensearch_secured_present(settings: Settings) -> bool:
     )
 
 
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
 def link_tree(source: Path, target: Path) -> None:
-    """A copy of the OpenSearch install: jars and scripts hard-linked (no second 100 MB; neither copy
+    """A copy of the OpenSearch install: jars and scripts hard-linked (no second 60 MB; neither install
     ever writes them), config/ copied for real (the plugin installer adds to it)."""
-    shutil.copytree(
-        source, target, copy_function=os.link, ignore=shutil.ignore_patterns("config", STAMP_NAME)
-    )
+
+    def top_level(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in ("config", STAMP_NAME)] if Path(folder) == source else []
+
+    shutil.copytree(source, target, copy_function=link_or_copy, ignore=top_level)
     shutil.copytree(source / "config", target / "config")
 
 
