@@ -73,6 +73,7 @@ INDEX_PRIVILEGES: dict[str, list[str]] = {
         "indices:admin/validate/query",
         "indices:monitor/settings/get",
         "indices:data/read/field_caps*",
+        "indices:admin/shards/search_shards",
     ],
     "create_index": ["create_index"],
     "index": ["index"],

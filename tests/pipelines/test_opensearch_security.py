@@ -36,7 +36,7 @@ from fleetsight.settings import Settings
 from pipelines import install
 from pipelines.es_security import SECURITY_FILE
 from pipelines.logclasses import LOG_CLASSES
-from pipelines.opensearch_security import configure_node
+from pipelines.opensearch_security import SecurityError, configure_node, security_files, translate_role
 from support import REPO_ROOT, free_port, wait_until
 
 READY_TIMEOUT_S = 150.0
@@ -182,6 +182,35 @@ def search(http: httpx.Client, index: str, phrase: str) -> httpx.Response:
 
 def messages(response: httpx.Response) -> list[str]:
     return [hit["_source"]["message"] for hit in response.json()["hits"]["hits"]]
+
+
+# -- the translation (no server) -------------------------------------------------------------------
+
+
+def test_the_translation_keeps_every_user_and_separates_reading_from_writing(tmp_path: Path) -> None:
+    import bcrypt
+
+    write_passwords(tmp_path / "secrets")
+    files = security_files(tmp_path / "secrets", MODEL)
+    users, roles, mapping = files["internal_users.yml"], files["roles.yml"], files["roles_mapping.yml"]
+    for name, user in MODEL["users"].items():
+        password = (tmp_path / "secrets" / user["password_secret"]).read_text().strip()
+        assert bcrypt.checkpw(password.encode(), users[name]["hash"].replace("$2y$", "$2b$", 1).encode())
+        assert all(name in mapping[role]["users"] for role in user["roles"])
+    assert mapping["kibana_server"]["users"] == ["kibanaserver"]  # Kibana's kibana_system
+    write_groups = {"index", "create_index", "delete", "manage"}
+    for name, role in roles.items():
+        if name.startswith("_"):
+            continue
+        for grant in role["index_permissions"]:
+            actions = set(grant["allowed_actions"])
+            # ElastAlert's own writeback indices are the one place a role both reads and writes.
+            if "read" in actions and actions & write_groups:
+                assert grant["index_patterns"] == ["elastalert", "elastalert_*"], name
+    assert "indices:data/write/bulk" in roles["fleetsight_logstash_writer"]["cluster_permissions"]
+    assert roles["fleetsight_logs_admin"]["index_permissions"] == []
+    with pytest.raises(SecurityError, match="manage_security"):
+        translate_role("too-much", {"cluster": ["manage_security"]})
 
 
 # -- authentication --------------------------------------------------------------------------------
