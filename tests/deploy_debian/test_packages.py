@@ -305,7 +305,7 @@ def test_generated_web_config_puts_the_installed_agent_behind_tls_and_basic_auth
     agent = Process(
         "installed node agent, TLS", command, tmp_path / "agent.log", env={"PATH": "/usr/bin:/bin"}
     )
-    url, verify = f"https://127.0.0.1:{port}/metrics", ssl.create_default_context(cafile=generated.ca)
+    url, verify = f"https://127.0.0.1:{port}/metrics", ssl.create_default_context(cafile=str(generated.ca))
     password = generated.password.read_text().strip()
 
     def status(auth: tuple[str, str] | None = None) -> int:
