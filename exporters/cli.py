@@ -453,7 +453,7 @@ def fabric(**options: Any) -> None:
 def make_web_config(root: Path, group: str) -> None:
     """Make the node agent's web configuration where it is missing: /etc/fleetsight/exporter-web.yml
     (TLS, basic auth for `prometheus`), exporter-tls.crt/.key (issued for fleetsight-exporter, this
-    host's names and loopback, by a CA made for it alone: exporter-ca.crt) and exporter-scrape-password.
+    host's name and loopback, by a CA made for it alone: exporter-ca.crt) and exporter-scrape-password.
     The fleetsight-node package runs it at install. It never overwrites: with exporter-web.yml there
     it does nothing; a certificate and key, or a password, already there (the fleet's) are used.
 
@@ -462,7 +462,7 @@ def make_web_config(root: Path, group: str) -> None:
       fleetsight exporter make-web-config --root /tmp/node-root --group "$(id -gn)"
     """
     files = webconfig.NodeFiles(root)
-    hosts = tuple(name for name in (socket.gethostname(), socket.getfqdn()) if name)
+    hosts = (socket.gethostname(),)  # not getfqdn(): a DNS lookup that can hang an install
     try:
         written = webconfig.make_node_config(root, group, hosts)
     except (webconfig.WebConfigError, OSError) as exc:
