@@ -119,6 +119,7 @@ def environment(
     prometheus_url: str,
     logs_url: str,
     dashboards_dir: Path = DASHBOARDS_DIR,
+    provisioning: Path = PROVISIONING,
 ) -> dict[str, str]:
     """Grafana's configuration as GF_* variables, and the variables the provisioning files read
     (docker-compose.yml sets the same ones to the compose network's addresses)."""
@@ -128,7 +129,7 @@ def environment(
         "GF_PATHS_DATA": str(data_dir),
         "GF_PATHS_LOGS": str(data_dir / "log"),
         "GF_PATHS_PLUGINS": str(data_dir / "plugins"),
-        "GF_PATHS_PROVISIONING": str(PROVISIONING),
+        "GF_PATHS_PROVISIONING": str(provisioning),
         # Loopback only: a viewer needs no login, which is all the checks need (read, query).
         "GF_AUTH_ANONYMOUS_ENABLED": "true",
         "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
@@ -161,14 +162,15 @@ def running(
     prometheus_url: str,
     logs_url: str,
     dashboards_dir: Path = DASHBOARDS_DIR,
+    provisioning: Path = PROVISIONING,
 ) -> Iterator[str]:
     """A Grafana server for a test or a one-off check, provisioned with the dashboards of
-    `dashboards_dir`; its URL, until the block ends."""
+    `dashboards_dir` (and the provisioning files of `provisioning`); its URL, until the block ends."""
     problem = missing(settings)
     if problem:
         raise FileNotFoundError(problem)
     data_dir.mkdir(parents=True, exist_ok=True)
-    given = environment(settings, port, data_dir, prometheus_url, logs_url, dashboards_dir)
+    given = environment(settings, port, data_dir, prometheus_url, logs_url, dashboards_dir, provisioning)
     env = {**os.environ, **given}
     url = f"http://{settings.host}:{port}"
     with (data_dir / "grafana.log").open("w") as out:

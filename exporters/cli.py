@@ -434,3 +434,42 @@ def fabric(**options: Any) -> None:
     wait_for_signal()
     server.shutdown()
     exporter.close()
+
+
+@cli.command("make-web-config")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/"),
+    show_default=True,
+    help="Write under this folder instead of / (an image being built, tests).",
+)
+@click.option(
+    "--group",
+    default="fleetsight",
+    show_default=True,
+    help="Group that reads the key, password and configuration (applied when run as root).",
+)
+def make_web_config(root: Path, group: str) -> None:
+    """Make the node agent's web configuration where it is missing: /etc/fleetsight/exporter-web.yml
+    (TLS, basic auth for `prometheus`), exporter-tls.crt/.key (issued for fleetsight-exporter, this
+    host's name and loopback, by a CA made for it alone: exporter-ca.crt) and exporter-scrape-password.
+    The fleetsight-node package runs it at install. It never overwrites: with exporter-web.yml there
+    it does nothing; a certificate and key, or a password, already there (the fleet's) are used.
+
+    \b
+    Example:
+      fleetsight exporter make-web-config --root /tmp/node-root --group "$(id -gn)"
+    """
+    files = webconfig.NodeFiles(root)
+    hosts = (socket.gethostname(),)  # not getfqdn(): a DNS lookup that can hang an install
+    try:
+        written = webconfig.make_node_config(root, group, hosts)
+    except (webconfig.WebConfigError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not written:
+        click.echo(f"{files.config} is there: nothing changed")
+    for path in written:
+        click.echo(f"wrote {path}")
+    if not files.ca.exists():
+        click.echo(f"note: no {files.ca}: the Slurm healthcheck verifies the agent's certificate with it")

@@ -9,6 +9,9 @@ and Kafka and OpenSearch, both fetched from Maven Central with Maven.
   ``{{field}}`` templates, which Elasticsearch has built in) from ``maven/opensearch-module.pom.xml``.
   It refuses to run as root, so when setup runs as root its files belong to :data:`OPENSEARCH_USER`
   and the server is started through ``runuser`` (:func:`opensearch_command`).
+- OpenSearch with its security plugin (``maven/opensearch-security.pom.xml``, the plugin's own zip put in
+  by its own installer) is a second install beside the first, hard-linked to it: the security tests
+  start it (configured by ``opensearch_security.py``); the local stack keeps the one without.
 
 Each install is assembled in a temporary folder beside its final place and renamed into place only
 when complete, with a stamp of the pinned versions (and the pom's hash) that the checks compare.
@@ -43,6 +46,7 @@ MAVEN_DIR = Path(__file__).resolve().parent / "maven"
 KAFKA_POM = MAVEN_DIR / "kafka.pom.xml"
 OPENSEARCH_POM = MAVEN_DIR / "opensearch.pom.xml"
 MODULE_POM = MAVEN_DIR / "opensearch-module.pom.xml"
+SECURITY_POM = MAVEN_DIR / "opensearch-security.pom.xml"
 STAMP_NAME = "fleetsight.stamp"
 
 OPENSEARCH_USER = "nobody"
@@ -267,12 +271,12 @@ def opensearch_run_as() -> str | None:
     return OPENSEARCH_USER if os.geteuid() == 0 else None
 
 
-def opensearch_command(settings: Settings) -> list[str]:
+def opensearch_command(settings: Settings, home: Path | None = None) -> list[str]:
     """The command line that starts OpenSearch; configure it with :func:`prepare_opensearch_instance`'s
     environment. As root it goes through ``runuser`` (same process group, no new session). To stop it,
     SIGTERM runuser's child (the JVM): runuser then exits with its status. A SIGTERM to runuser itself
     is forwarded, but runuser SIGKILLs the server 2 s later, which cuts a clean shutdown short."""
-    command = [str(opensearch_home(settings) / "bin" / "opensearch")]
+    command = [str((home or opensearch_home(settings)) / "bin" / "opensearch")]
     user = opensearch_run_as()
     return ["runuser", "-u", user, "--", *command] if user else command
 
@@ -297,11 +301,13 @@ def prepare_opensearch_instance(
     http_port: int,
     transport_port: int,
     cluster_name: str = "fleetsight",
+    home: Path | None = None,
 ) -> dict[str, str]:
     """Make one single-node instance in instance_dir (config/, data/, logs/, tmp/) listening on
-    loopback only, owned by the user it runs as; return the environment to start it with."""
+    loopback only, owned by the user it runs as; return the environment to start it with. home: the
+    install it runs from (default: the local stack's, :func:`opensearch_home`)."""
     config = instance_dir / "config"
-    shutil.copytree(opensearch_home(settings) / "config", config, dirs_exist_ok=True)
+    shutil.copytree((home or opensearch_home(settings)) / "config", config, dirs_exist_ok=True)
     for sub in ("data", "logs", "tmp"):
         (instance_dir / sub).mkdir(parents=True, exist_ok=True)
     (config / "opensearch.yml").write_text(
@@ -450,6 +456,88 @@ def install_opensearch(settings: Settings, log: Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)
 
 
+# -- OpenSearch with its security plugin (tests only) ---------------------------------------------
+
+SECURITY_PLUGIN_VERSION = f"{OPENSEARCH_VERSION}.0"  # the plugin's own four-part version
+SECURITY_PLUGIN = "opensearch-security"
+OPENSEARCH_SECURED_STAMP = (
+    f"{OPENSEARCH_STAMP} + {SECURITY_PLUGIN} {SECURITY_PLUGIN_VERSION} pom {file_sha256(SECURITY_POM)}"
+)
+
+
+def opensearch_secured_home(settings: Settings) -> Path:
+    """A second OpenSearch install, the first one plus the security plugin. The local stack keeps the
+    unsecured one (every local client would need a credential); tests/pipelines/
+    test_opensearch_security.py starts this one (pipelines/opensearch_security.py configures it)."""
+    return settings.cache_dir / "opensearch-secured"
+
+
+def opensearch_secured_present(settings: Settings) -> bool:
+    home = opensearch_secured_home(settings)
+    plugin = home / "plugins" / SECURITY_PLUGIN
+    user = opensearch_run_as()
+    return (
+        opensearch_present(settings)
+        and stamp_matches(home, OPENSEARCH_SECURED_STAMP)
+        and (plugin / "plugin-descriptor.properties").is_file()
+        and (plugin / f"{SECURITY_PLUGIN}-{SECURITY_PLUGIN_VERSION}.jar").is_file()
+        and (user is None or owner_is(home / "config", user))
+    )
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """A copy of the OpenSearch install: jars and scripts hard-linked (no second 60 MB; neither install
+    ever writes them), config/ copied for real (the plugin installer adds to it)."""
+
+    def top_level(folder: str, names: list[str]) -> list[str]:
+        return [n for n in names if n in ("config", STAMP_NAME)] if Path(folder) == source else []
+
+    shutil.copytree(source, target, copy_function=link_or_copy, ignore=top_level)
+    shutil.copytree(source / "config", target / "config")
+
+
+def install_opensearch_security(settings: Settings, log: Path) -> None:
+    require_tools("java", "mvn")
+    if not opensearch_present(settings):
+        raise InstallError(
+            "OpenSearch itself is not installed: run `fleetsight setup --only opensearch` first"
+        )
+    user = opensearch_run_as()
+    staged = staging_dir(settings, "opensearch-secured")
+    try:
+        download = staged / "download"
+        properties = {"security.version": SECURITY_PLUGIN_VERSION}
+        maven_copy_dependencies(SECURITY_POM, download, properties, log)
+        archive = download / f"{SECURITY_PLUGIN}-{SECURITY_PLUGIN_VERSION}.zip"
+        if not archive.is_file():
+            raise InstallError(f"Maven finished but {archive.name} is missing")
+        home = staged / "home"
+        link_tree(opensearch_home(settings), home)
+        # The plugin's own installer: it checks the version, asks nothing with --batch (the plugin
+        # wants extra Java permissions: its policy file, listed in the log), and adds config/ defaults
+        # that pipelines/opensearch_security.py replaces in each instance.
+        installer = [
+            str(home / "bin" / "opensearch-plugin"),
+            "install",
+            "--batch",
+            archive.resolve().as_uri(),
+        ]
+        run_logged(installer, log, env={**os.environ, "OPENSEARCH_JAVA_HOME": str(java_home())})
+        (home / STAMP_NAME).write_text(OPENSEARCH_SECURED_STAMP + "\n")
+        if user:
+            chown_tree(home, user)
+        replace_dir(home, opensearch_secured_home(settings))
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
 INSTALL_STEPS = [
     apt_step(
         "rsyslog",
@@ -472,5 +560,14 @@ INSTALL_STEPS = [
         check=opensearch_present,
         install=install_opensearch,
         eta="~20 s (~5 s with a warm ~/.m2)",
+    ),
+    InstallStep(
+        name="opensearch-security",
+        description=f"OpenSearch with its security plugin {SECURITY_PLUGIN_VERSION} from Maven Central "
+        "(a second install beside the local one, for the security tests)",
+        needed_by="tests/pipelines/test_opensearch_security.py (the role model enforced by a real server)",
+        check=opensearch_secured_present,
+        install=install_opensearch_security,
+        eta="~10 s (a 44 MB zip; ~4 s with a warm ~/.m2)",
     ),
 ]

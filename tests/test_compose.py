@@ -615,16 +615,23 @@ def grafana_expand(grafana: dict[str, Any], value: str) -> str:
     return re.sub(r"\$\{(\w+)\}", lambda m: str(environment[m.group(1)]), value)
 
 
+def grafana_datasources(grafana: dict[str, Any]) -> list[dict[str, Any]]:
+    """The datasources of the files compose mounts one by one into Grafana's datasources folder (the
+    logs one is compose's own, with a login; the others are shared with the local Grafana)."""
+    mounts = bind_mounts(grafana)
+    folder = PurePosixPath("/etc/grafana/provisioning/datasources")
+    files = sorted(host for target, host in mounts.items() if PurePosixPath(target).parent == folder)
+    # Every datasource the local Grafana has, compose has too (under the same file name).
+    shared = {path.name for path in (GRAFANA_PROVISIONING / "datasources").glob("*.yml")}
+    assert shared == {path.name for path in files}
+    return [source for path in files for source in yaml.safe_load(path.read_text())["datasources"]]
+
+
 def test_grafana_datasource_points_at_thanos_query(services: dict[str, dict[str, Any]]) -> None:
     grafana = services["grafana"]
     mounts = bind_mounts(grafana)
-    assert mounts["/etc/grafana/provisioning/datasources"] == GRAFANA_PROVISIONING / "datasources"
     assert mounts["/etc/grafana/provisioning/dashboards"] == GRAFANA_PROVISIONING / "dashboards"
-    datasources = [
-        source
-        for path in sorted((GRAFANA_PROVISIONING / "datasources").glob("*.yml"))
-        for source in yaml.safe_load(path.read_text())["datasources"]
-    ]
+    datasources = grafana_datasources(grafana)
     (default,) = [source for source in datasources if source.get("isDefault")]
     url = urlparse(grafana_expand(grafana, default["url"]))
     query_port = listen_port(flag_value(services["thanos-query"]["command"], "http-address"))
@@ -635,11 +642,7 @@ def test_grafana_dashboard_provider_loads_a_mounted_folder_of_valid_dashboards(
     services: dict[str, dict[str, Any]],
 ) -> None:
     mounts = bind_mounts(services["grafana"])
-    datasource_uids = {
-        source["uid"]
-        for path in (GRAFANA_PROVISIONING / "datasources").glob("*.yml")
-        for source in yaml.safe_load(path.read_text())["datasources"]
-    }
+    datasource_uids = {source["uid"] for source in grafana_datasources(services["grafana"])}
     providers = [
         provider
         for path in sorted((GRAFANA_PROVISIONING / "dashboards").glob("*.yml"))

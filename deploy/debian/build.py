@@ -89,6 +89,8 @@ def node_files(root: Path) -> None:
     put(REPO / "deploy" / "slurm" / "healthcheck.py", root / "usr/lib/fleetsight/slurm/healthcheck", 0o755)
     put(REPO / "health" / "prolog.py", root / "usr/lib/fleetsight/slurm/preflight", 0o755)
     put(REPO / "deploy" / "slurm" / "prolog.sh", root / "usr/lib/fleetsight/slurm/prolog", 0o755)
+    generator = "make-exporter-web-config"  # the postinst runs it: TLS + basic auth on from the start
+    put(HERE / "bin" / generator, root / "usr/lib/fleetsight" / generator, 0o755)
     rsyslog = subprocess.run(
         [sys.executable, "-m", "fleetsight.cli", "logs", "rsyslog-config", "--broker", "kafka:19092"],
         cwd=REPO,

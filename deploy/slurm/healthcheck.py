@@ -17,9 +17,16 @@ the optional log file), with the reason the service was not asked; ``--local-dra
 FLEETSIGHT_LOCAL_DRAIN=1) lets a hard local failure drain the node (reason ``fleetsight-local: ...``,
 never resumed automatically).
 
+The node agent behind its web configuration (TLS + basic auth, as the fleetsight-node package
+installs it): FLEETSIGHT_AGENT_URL=https://127.0.0.1:9401/metrics, the password of the scrape user
+(FLEETSIGHT_AGENT_USER, default prometheus) in FLEETSIGHT_AGENT_PASSWORD_FILE, its certificate checked
+against FLEETSIGHT_AGENT_CA_FILE for the name FLEETSIGHT_AGENT_SERVER_NAME (the name it is issued for,
+fleetsight-exporter, rather than the loopback address dialled). Unset: plain http, no auth.
+
 Standard library only. Settings: /etc/fleetsight/healthcheck.env (KEY=VALUE lines), then the environment,
 then options: FLEETSIGHT_HEALTH_URL, FLEETSIGHT_HEALTH_TOKEN, FLEETSIGHT_HEALTH_TIMEOUT,
-FLEETSIGHT_AGENT_URL, FLEETSIGHT_HEALTHCHECK_LOG, FLEETSIGHT_LOCAL_DRAIN.
+FLEETSIGHT_AGENT_URL, FLEETSIGHT_AGENT_USER, FLEETSIGHT_AGENT_PASSWORD_FILE, FLEETSIGHT_AGENT_CA_FILE,
+FLEETSIGHT_AGENT_SERVER_NAME, FLEETSIGHT_HEALTHCHECK_LOG, FLEETSIGHT_LOCAL_DRAIN.
 
 Example (by hand, nothing changed): healthcheck.py --dry-run --node n0001
 Exit status: 0 fit (or not asked), 1 unfit (drained unless --dry-run), 64 bad usage.
@@ -28,15 +35,20 @@ Exit status: 0 fit (or not asked), 1 unfit (drained unless --dry-run), 64 bad us
 from __future__ import annotations
 
 import argparse
+import base64
+import http.client
 import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_CONFIG = "/etc/fleetsight/healthcheck.env"
@@ -88,9 +100,57 @@ def ask_service(url: str, node: str, timeout: float, token: str | None) -> dict:
         return json.load(response)
 
 
-def read_agent(url: str, timeout: float) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+@dataclass(frozen=True)
+class AgentAccess:
+    """How to read the node agent: its URL and, behind its web configuration, the credentials."""
+
+    url: str
+    user: str = "prometheus"
+    password_file: str | None = None
+    ca_file: str | None = None  # None: the system's CAs
+    server_name: str | None = None  # None: the URL's host
+
+
+class AgentConnection(http.client.HTTPConnection):
+    """HTTPS whose certificate check asks for server_name, not for the address dialled (127.0.0.1):
+    the fleet's shared certificate names fleetsight-exporter only."""
+
+    def __init__(
+        self, host: str, port: int, timeout: float, context: ssl.SSLContext, server_name: str
+    ) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.context, self.server_name = context, server_name
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = self.context.wrap_socket(self.sock, server_hostname=self.server_name)
+
+
+def read_agent(access: AgentAccess, timeout: float) -> str:
+    """The agent's metrics page; OSError (HTTP errors, TLS, an unreadable password file) when unread."""
+    url = urllib.parse.urlsplit(access.url)
+    host = url.hostname or "127.0.0.1"
+    headers = {}
+    if access.password_file:
+        password = Path(access.password_file).read_text().strip()
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{access.user}:{password}".encode()).decode()
+    if url.scheme == "https":
+        context = ssl.create_default_context(cafile=access.ca_file)
+        name = access.server_name or host
+        connection = AgentConnection(host, url.port or 443, timeout, context, name)
+    else:
+        connection = http.client.HTTPConnection(host, url.port or 80, timeout=timeout)
+    try:
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        if response.status != 200:
+            raise OSError(f"HTTP {response.status} {response.reason} from {access.url}")
         return response.read().decode(errors="replace")
+    except http.client.HTTPException as exc:  # not HTTP at all (a TLS port read as plain http)
+        raise OSError(f"{type(exc).__name__} from {access.url}: {exc}") from exc
+    finally:
+        connection.close()
 
 
 OUR_PREFIX = "fleetsight: healthcheck:"
@@ -152,7 +212,13 @@ def settings(argv: list[str] | None, environ: dict[str, str]) -> argparse.Namesp
     args.url = env.get("FLEETSIGHT_HEALTH_URL", "http://127.0.0.1:9441")
     args.token = env.get("FLEETSIGHT_HEALTH_TOKEN") or None
     args.timeout = float(env.get("FLEETSIGHT_HEALTH_TIMEOUT", "5"))
-    args.agent_url = env.get("FLEETSIGHT_AGENT_URL", "http://127.0.0.1:9401/metrics")
+    args.agent = AgentAccess(
+        env.get("FLEETSIGHT_AGENT_URL", "http://127.0.0.1:9401/metrics"),
+        env.get("FLEETSIGHT_AGENT_USER") or "prometheus",
+        env.get("FLEETSIGHT_AGENT_PASSWORD_FILE") or None,
+        env.get("FLEETSIGHT_AGENT_CA_FILE") or None,
+        env.get("FLEETSIGHT_AGENT_SERVER_NAME") or None,
+    )
     args.log_file = env.get("FLEETSIGHT_HEALTHCHECK_LOG") or None
     args.local_drain = args.local_drain or env.get("FLEETSIGHT_LOCAL_DRAIN") == "1"
     args.node = args.node or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
@@ -163,12 +229,12 @@ def fallback(args: argparse.Namespace, why: str) -> int:
     """The health service is down: local checks only, and FleetSight's outage never drains."""
     prefix = f"{args.node}: health service unreachable ({why}); not draining for FleetSight's outage"
     try:
-        failures = local_failures(read_agent(args.agent_url, args.timeout))
+        failures = local_failures(read_agent(args.agent, args.timeout))
     except (OSError, ValueError) as exc:
         report(f"{prefix}; node agent unreachable too ({exc}): no check ran", args.log_file)
         return 0
     if not failures:
-        report(f"{prefix}; local checks passed ({args.agent_url})", args.log_file)
+        report(f"{prefix}; local checks passed ({args.agent.url})", args.log_file)
         return 0
     found = "; ".join(failures)
     if not args.local_drain:

@@ -1,9 +1,13 @@
 """The HealthCheckProgram (deploy/slurm/healthcheck.py) run by a real slurmd (Slurm 22.05) every 2 s:
 with the health service up, an unfit node is drained with the service's reason and resumed when fit
-again; with the service down, nothing is drained and the node agent's own checks are reported."""
+again; with the service down, nothing is drained and the node agent's own checks are reported, over
+plain http and through the agent's web configuration (https + basic auth, as the node package installs
+it), where a hard local failure drains with FLEETSIGHT_LOCAL_DRAIN=1."""
 
 from __future__ import annotations
 
+import dataclasses
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,10 +18,13 @@ import pytest
 from baremetal_helpers import REAL_API, REPO, HookedSlurm
 from health_helpers import Process, fast_policy, slurm_cluster, start_health
 
+from exporters.webconfig import NodeFiles, make_node_config
 from support import free_port, wait_until
 
 sys.path.insert(0, str(REPO / "deploy" / "slurm"))
+sys.path.insert(0, str(REPO / "tests" / "exporters"))
 import healthcheck
+from exporter_helpers import NodeSpec, build_node
 
 NODES = ["n0001", "n0002"]
 TOKEN = "test-override-token-77aa"
@@ -59,6 +66,35 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def secured_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, NodeFiles]]:
+    """The real node agent behind the web configuration the node package makes at install (the same
+    generator, under a throwaway root), on a host whose GPU 1 link runs downgraded: a hard local failure."""
+    folder = tmp_path_factory.mktemp("secured-agent")
+    files = NodeFiles(folder / "root")
+    make_node_config(files.root)
+    host = build_node(folder / "host", NodeSpec(gpus=2, ib_devices=0, oscs=0, downgraded_gpu=1))
+    port = free_port()
+    command = [sys.executable, "-m", "fleetsight.cli", "exporter", "node", "--node", "n0001", "--no-state"]
+    command += ["--collector", "pcie", "--no-nvml", "--sysfs-root", str(host["sys"])]
+    command += ["--listen", f"127.0.0.1:{port}", f"--web.config.file={files.config}"]
+    process = Process("node agent behind TLS", command, folder / "agent.log")
+    url = f"https://127.0.0.1:{port}/metrics"
+    try:
+        # ready when it answers at all: without credentials, that is 401
+        process.wait_for(lambda: secured_status(url, files) == 401, what="the node agent behind TLS")
+        yield url, files
+    finally:
+        process.stop()
+
+
+def secured_status(url: str, files: NodeFiles) -> int:
+    try:
+        return httpx.get(url, verify=ssl.create_default_context(cafile=str(files.ca)), timeout=2).status_code
+    except httpx.TransportError:
+        return 0
 
 
 def sinfo(slurm: HookedSlurm) -> dict[str, tuple[str, str]]:
@@ -125,6 +161,62 @@ def test_service_down_never_drains_and_uses_the_local_checks(
     lines = wait_until(lambda: [x for x in log_lines(slurm)[mark:] if "no check ran" in x], 20)
     print(f"healthcheck, service and agent down: {lines[0]}")
     assert all(state == "idle" for state, _ in sinfo(slurm).values())
+
+
+def test_service_down_agent_behind_tls_and_basic_auth_local_failure_drains(
+    slurm: HookedSlurm, secured_agent: tuple[str, NodeFiles], tmp_path: Path
+) -> None:
+    url, files = secured_agent
+    stopped, health_url = start_health(tmp_path, fast_policy(), [])
+    stopped.stop()
+    down = {
+        "FLEETSIGHT_HEALTH_URL": health_url,
+        "FLEETSIGHT_HEALTH_TIMEOUT": "1",
+        "FLEETSIGHT_LOCAL_DRAIN": "1",
+    }
+    access = {
+        "FLEETSIGHT_AGENT_URL": url,
+        "FLEETSIGHT_AGENT_PASSWORD_FILE": str(files.password),
+        "FLEETSIGHT_AGENT_CA_FILE": str(files.ca),
+        "FLEETSIGHT_AGENT_SERVER_NAME": "fleetsight-exporter",
+    }
+    # the password left out: the agent answers 401, so no check ran and nothing is drained
+    slurm.configure(**down, **{k: v for k, v in access.items() if k != "FLEETSIGHT_AGENT_PASSWORD_FILE"})
+    mark = len(log_lines(slurm))
+    lines = wait_until(lambda: [x for x in log_lines(slurm)[mark:] if "no check ran" in x], 20)
+    print(f"\nhealthcheck, agent behind TLS, no password: {lines[0]}")
+    assert "HTTP 401" in lines[0]
+    assert all(state == "idle" for state, _ in sinfo(slurm).values())
+    # with it: the local checks read the agent over verified https and the downgraded link drains
+    slurm.configure(**down, **access)
+    try:
+        state, reason = wait_until(
+            lambda: (n := sinfo(slurm)["n0001"])[0] in ("drained", "draining") and n, 30, what="n0001 drained"
+        )
+        print(f"healthcheck, agent behind TLS with the password: n0001 {state}, reason {reason!r}")
+        assert reason.startswith("fleetsight-local: PCIe link downgraded")
+    finally:
+        mark = len(log_lines(slurm))
+        slurm.configure(**{**down, **access, "FLEETSIGHT_LOCAL_DRAIN": "0"})  # report only again
+        wait_until(lambda: any("(report only)" in x for x in log_lines(slurm)[mark:]), 20)
+        for node in NODES:  # a local drain is lifted by hand, never by the healthcheck
+            scontrol(slurm, "update", f"nodename={node}", "state=resume")
+
+
+def test_the_agents_certificate_is_checked_for_the_configured_name(
+    secured_agent: tuple[str, NodeFiles],
+) -> None:
+    url, files = secured_agent
+    access = healthcheck.AgentAccess(
+        url, "prometheus", str(files.password), str(files.ca), "fleetsight-exporter"
+    )
+    assert "fleetsight_pcie_link_downgraded" in healthcheck.read_agent(access, 5)
+    with pytest.raises(ssl.SSLCertVerificationError, match="fleetsight-elsewhere"):
+        healthcheck.read_agent(dataclasses.replace(access, server_name="fleetsight-elsewhere"), 5)
+    with pytest.raises(ssl.SSLCertVerificationError):  # the system's CAs do not know a node's own CA
+        healthcheck.read_agent(dataclasses.replace(access, ca_file=None), 5)
+    with pytest.raises(OSError):  # plain http on the TLS port: no answer
+        healthcheck.read_agent(dataclasses.replace(access, url=url.replace("https", "http")), 5)
 
 
 def test_local_rules_read_the_node_agents_metric_names() -> None:

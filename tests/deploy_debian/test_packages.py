@@ -5,23 +5,35 @@ No systemd as PID 1 and a shared host, so the packages are not installed into th
 unpacked (`dpkg-deb -x`) into a throwaway root, where the file layout, the conffiles, the maintainer
 scripts (`sh -n`; dh_installsystemd's snippets present) and the installed units (`systemd-analyze
 verify`) are checked, and the installed node agent is started from its installed location and serves
-/metrics. What only a real install shows (adduser, deb-systemd-helper starting the units) is not run."""
+/metrics. What only a real install shows (adduser, deb-systemd-helper starting the units) is not run.
+The node agent's web configuration, which the node package's postinst makes, is made by the installed
+generator under a throwaway root, and the installed agent started with it."""
 
 from __future__ import annotations
 
+import grp
+import os
 import shutil
+import ssl
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import bcrypt
 import httpx
 import pytest
+import yaml
 from baremetal_helpers import REPO
 from health_helpers import Process
 
+from exporters.webconfig import NodeFiles
 from support import free_port
+
+sys.path.insert(0, str(REPO / "deploy" / "slurm"))
+import healthcheck
 
 PACKAGES = ("fleetsight-python", "fleetsight-node", "fleetsight-central")
 NODE_CONFFILES = {
@@ -217,3 +229,167 @@ def test_every_installed_unit_command_runs_from_the_installed_venv(root: Path) -
     subprocess.run(
         [str(root / "opt/fleetsight/venv/bin/python"), "-c", probe], check=True, cwd="/", timeout=120
     )
+
+
+# -- secure by default: the node agent's web configuration, made at install -----------------------------
+
+INSTALLED = NodeFiles(Path("/"))
+KERNLOG = REPO / "tests" / "exporters" / "fixtures" / "kernlog" / "xid_generations.log"
+
+
+def make_web_config(root: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """The installed make-exporter-web-config (what the postinst runs), pointed at the unpacked venv
+    instead of /opt/fleetsight/venv, writing under target instead of /."""
+    script = target.parent / f"{target.name}-make-exporter-web-config"
+    installed = (root / "usr/lib/fleetsight/make-exporter-web-config").read_text()
+    script.write_text(installed.replace("/opt/fleetsight/venv", str(root / "opt/fleetsight/venv")))
+    script.chmod(0o755)
+    group = grp.getgrgid(os.getgid()).gr_name  # the tests may run as root: it then chowns to this group
+    command = [str(script), "--root", str(target), "--group", group]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, cwd="/")
+
+
+def snapshot(files: NodeFiles) -> dict[Path, tuple[bytes, int, int]]:
+    paths = [*files.etc.iterdir(), files.record]
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode) for p in paths if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def generated(root: Path, tmp_path_factory: pytest.TempPathFactory) -> NodeFiles:
+    files = NodeFiles(tmp_path_factory.mktemp("web") / "node")
+    result = make_web_config(root, files.root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(f"\nmake-exporter-web-config:\n{result.stdout.strip()}")
+    return files
+
+
+def test_node_package_turns_the_web_configuration_on(
+    debs: dict[str, Path], root: Path, tmp_path: Path
+) -> None:
+    args = (root / "etc/fleetsight/node.env").read_text()
+    assert f"--web.config.file={INSTALLED.config}" in args
+    env = healthcheck.read_env_file(root / "etc/fleetsight/healthcheck.env")
+    assert env["FLEETSIGHT_AGENT_URL"] == "https://127.0.0.1:9401/metrics"
+    assert env["FLEETSIGHT_AGENT_PASSWORD_FILE"] == str(INSTALLED.password)
+    assert env["FLEETSIGHT_AGENT_CA_FILE"] == str(INSTALLED.ca)
+    assert env["FLEETSIGHT_AGENT_SERVER_NAME"] == "fleetsight-exporter"
+    # made on the node, so not conffiles: dpkg never replaces them, nor asks about them
+    conffiles = control_file(debs["fleetsight-node"], "conffiles", tmp_path).split()
+    assert not any("exporter-" in path for path in conffiles), conffiles
+    postinst = control_file(debs["fleetsight-node"], "postinst", tmp_path)
+    made = postinst.index("/usr/lib/fleetsight/make-exporter-web-config")
+    assert made < postinst.index("deb-systemd-invoke"), "the agent would start before its configuration"
+    depends = subprocess.run(
+        [tool("dpkg-deb"), "-f", str(debs["fleetsight-node"]), "Depends"], capture_output=True, text=True
+    ).stdout
+    assert "openssl" in depends
+
+
+def test_generated_web_config_puts_the_installed_agent_behind_tls_and_basic_auth(
+    root: Path, generated: NodeFiles, tmp_path: Path
+) -> None:
+    for path, mode in ((generated.key, 0o640), (generated.password, 0o640), (generated.config, 0o640)):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
+    for path in (generated.cert, generated.ca):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    recorded = generated.record.read_text().split()
+    assert sorted(recorded) == sorted(f"/etc/fleetsight/{p.name}" for p in generated.etc.iterdir())
+    check = subprocess.run(
+        [tool("promtool"), "check", "web-config", str(generated.config)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    port = free_port()
+    command = [str(root / "opt/fleetsight/venv/bin/fleetsight"), "exporter", "node", "--node", "n0001"]
+    command += ["--no-state", "--collector", "xid", "--kmsg-file", str(KERNLOG), f"--listen=127.0.0.1:{port}"]
+    command += [f"--web.config.file={generated.config}"]
+    agent = Process(
+        "installed node agent, TLS", command, tmp_path / "agent.log", env={"PATH": "/usr/bin:/bin"}
+    )
+    url, verify = f"https://127.0.0.1:{port}/metrics", ssl.create_default_context(cafile=str(generated.ca))
+    password = generated.password.read_text().strip()
+
+    def status(auth: tuple[str, str] | None = None) -> int:
+        try:
+            return httpx.get(url, verify=verify, auth=auth, timeout=5).status_code
+        except httpx.TransportError:
+            return 0
+
+    try:
+        agent.wait_for(lambda: status() == 401, what="the agent asking for credentials")
+        assert status(("prometheus", password + "x")) == 401
+        answer = httpx.get(url, verify=verify, auth=("prometheus", password), timeout=10)
+        assert answer.status_code == 200 and "fleetsight_gpu_xid_errors" in answer.text
+        with pytest.raises(httpx.TransportError):  # plain http on the TLS port: no answer at all
+            httpx.get(f"http://127.0.0.1:{port}/metrics", auth=("prometheus", password), timeout=5)
+    finally:
+        agent.stop()
+
+
+def test_a_second_run_leaves_every_file_as_it_is(root: Path, generated: NodeFiles) -> None:
+    before = snapshot(generated)
+    result = make_web_config(root, generated.root)
+    assert result.returncode == 0, result.stderr
+    assert "nothing changed" in result.stdout
+    assert snapshot(generated) == before
+
+
+def test_the_fleets_certificate_and_shared_password_are_used_and_kept(
+    root: Path, generated: NodeFiles, tmp_path: Path
+) -> None:
+    """Config management put the fleet's certificate, key, CA and shared password in place before the
+    install: the generator writes only the web configuration, with the hash of that password, and the
+    purge removes only that."""
+    node = NodeFiles(tmp_path / "node")
+    node.etc.mkdir(parents=True)
+    for name in ("cert", "key", "ca"):  # stand-ins for the fleet's: another node's set
+        shutil.copy(getattr(generated, name), getattr(node, name))
+    node.password.write_text("shared-fleet-scrape-password\n")
+    before = snapshot(node)
+    result = make_web_config(root, node.root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["wrote", str(node.config)]
+    assert {p: v for p, v in snapshot(node).items() if p in before} == before
+    config = yaml.safe_load(node.config.read_text())
+    assert config["tls_server_config"] == {"cert_file": str(node.cert), "key_file": str(node.key)}
+    assert bcrypt.checkpw(b"shared-fleet-scrape-password", config["basic_auth_users"]["prometheus"].encode())
+    assert node.record.read_text().split() == [str(INSTALLED.config)]
+    purge(node)
+    assert not node.config.exists() and not node.record.exists()
+    assert sorted(p.name for p in node.etc.iterdir()) == sorted(
+        p.name for p in before if p.parent == node.etc
+    )
+
+
+def test_purge_removes_the_generated_files(root: Path, tmp_path: Path) -> None:
+    node = NodeFiles(tmp_path / "node")
+    assert make_web_config(root, node.root).returncode == 0
+    (node.etc / "node.env").write_text("kept\n")  # not the generator's: stays
+    purge(node)
+    assert [p.name for p in node.etc.iterdir()] == ["node.env"]
+
+
+def test_half_a_certificate_is_refused_and_nothing_written(
+    root: Path, generated: NodeFiles, tmp_path: Path
+) -> None:
+    node = NodeFiles(tmp_path / "node")
+    node.etc.mkdir(parents=True)
+    shutil.copy(generated.cert, node.cert)
+    result = make_web_config(root, node.root)
+    assert result.returncode != 0
+    assert str(node.key) in result.stderr, result.stderr
+    assert [p.name for p in node.etc.iterdir()] == [node.cert.name]
+
+
+def purge(node: NodeFiles) -> None:
+    """fleetsight-node's postrm purge (the source, before debhelper adds its snippets), its paths moved
+    under node.root as if that were /."""
+    text = (REPO / "deploy/debian/debian/fleetsight-node.postrm").read_text()
+    for folder in ("/var/lib/fleetsight", "/etc/fleetsight", "/var/log"):
+        text = text.replace(folder, f"{node.root}{folder}")
+    if node.record.exists():  # the record holds installed paths: under node.root here as well
+        lines = node.record.read_text().splitlines()
+        node.record.write_text("".join(f"{node.root}{line}\n" for line in lines))
+    result = subprocess.run(
+        ["sh", "-c", text, "postrm", "purge"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

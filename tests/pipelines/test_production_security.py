@@ -291,3 +291,35 @@ def test_no_password_is_written_into_compose_or_the_pipeline() -> None:
                     f"{name}: {key} in clear"
                 )
     assert re.search(r"password\s*=>\s*\"[^$]", LOGSTASH_CONF) is None
+
+
+def test_grafana_reads_the_logs_as_the_reader_over_tls_with_its_password_a_secret() -> None:
+    """docker-compose.yml's Grafana: the logs datasource it provisions logs in as fleetsight-reader, its
+    password and the CA read from Docker secrets given to Grafana (the real Grafana logs in with this
+    file in tests/pipelines/test_opensearch_security.py)."""
+    grafana = SERVICES["grafana"]
+    mounted = {}
+    for spec in grafana["volumes"]:
+        source, _, target = spec.partition(":")
+        mounted[target.removesuffix(":ro")] = REPO_ROOT / source
+    path = mounted["/etc/grafana/provisioning/datasources/logs.yml"]
+    assert path == REPO_ROOT / "dashboards" / "compose" / "datasources" / "logs.yml"
+    (logs,) = yaml.safe_load(path.read_text())["datasources"]
+    reader = SECURITY["users"][logs["basicAuthUser"]]
+    assert logs["basicAuth"] is True and logs["basicAuthUser"] == "fleetsight-reader"
+    assert reader["roles"] == ["fleetsight_logs_reader"]
+    assert grafana["environment"]["FLEETSIGHT_LOGS_URL"].startswith("https://elasticsearch:")
+    secret = reader["password_secret"]
+    assert logs["secureJsonData"]["basicAuthPassword"] == f"$__file{{/run/secrets/{secret}}}"
+    assert logs["jsonData"]["tlsAuthWithCACert"] is True
+    assert logs["secureJsonData"]["tlsCACert"] == "$__file{/run/secrets/elasticsearch-ca.pem}"
+    assert {secret, "elasticsearch-ca.pem"} <= set(grafana["secrets"])
+    assert {secret, "elasticsearch-ca.pem"} <= set(COMPOSE["secrets"])
+    # The same datasource as the local Grafana's (name, uid, what it queries), so dashboards are unchanged.
+    (local,) = yaml.safe_load((REPO_ROOT / "dashboards/provisioning/datasources/logs.yml").read_text())[
+        "datasources"
+    ]
+    assert {k: logs[k] for k in ("name", "uid", "type", "url")} == {
+        k: local[k] for k in ("name", "uid", "type", "url")
+    }
+    assert {k: v for k, v in logs["jsonData"].items() if not k.startswith("tls")} == local["jsonData"]
