@@ -16,7 +16,9 @@ from typing import Any
 import click
 import yaml
 
-from . import serving, webconfig
+from fleetsight import webconfig
+
+from . import serving
 from .core import configure_logging, kv
 from .node import (
     COLLECTORS,

@@ -1,5 +1,7 @@
-"""The exporters' web configuration, in exporter-toolkit's file format (what node_exporter and
-dcgm-exporter read with ``--web.config.file``): TLS for the endpoint, and basic auth with bcrypt hashes.
+"""The web configuration of FleetSight's HTTP endpoints, in exporter-toolkit's file format (what
+node_exporter and dcgm-exporter read with ``--web.config.file``): TLS for the endpoint, and (exporters
+only) basic auth with bcrypt hashes. The exporters serve it with their own HTTP server; the services
+(health, anomaly, chatbot) through uvicorn (``uvicorn_tls``).
 
     tls_server_config:
       cert_file: /etc/fleetsight/tls/node.crt
@@ -10,7 +12,12 @@ dcgm-exporter read with ``--web.config.file``): TLS for the endpoint, and basic 
       prometheus: $2y$10$...                          # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':')
 
 ``promtool check web-config FILE`` checks the same file. A mistake (unknown key, missing file, a
-password instead of a hash) stops the exporter at start with the file and the key named.
+password instead of a hash) stops the exporter or service at start with the file and the key named.
+
+The services take TLS from it but refuse ``basic_auth_users``: they already authenticate every caller
+with scoped bearer tokens (fleetsight/auth.py), and Prometheus scrapes them with a ``read`` token
+(``authorization: {credentials_file: ...}``). A second credential store, checked with bcrypt on
+/metrics alone, would be one more secret to rotate and would leave the API routes as they are.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ import base64
 import binascii
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import click
 import yaml
 
 TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version"}
@@ -110,9 +120,10 @@ def _tls(path: Path, section: dict) -> ssl.SSLContext:
         if not section.get(key):
             raise WebConfigError(f"{path}: tls_server_config.{key} is required")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = TLS_VERSIONS.get(
-        str(section.get("min_version", "TLS12")), ssl.TLSVersion.TLSv1_2
-    )
+    version = str(section.get("min_version", "TLS12"))
+    if version not in TLS_VERSIONS:  # a typo must not quietly mean TLS 1.2
+        raise WebConfigError(f"{path}: tls_server_config.min_version: one of {', '.join(TLS_VERSIONS)}")
+    context.minimum_version = TLS_VERSIONS[version]
     try:
         context.load_cert_chain(section["cert_file"], section["key_file"])
         auth = section.get("client_auth_type", "NoClientCert")
@@ -126,3 +137,54 @@ def _tls(path: Path, section: dict) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as exc:
         raise WebConfigError(f"{path}: tls_server_config: {exc}") from None
     return context
+
+
+# ------------------------------------------------------------------------------------------ services
+SERVICE_HELP = (
+    "TLS for the API and /metrics, in exporter-toolkit's format (tls_server_config; basic_auth_users is "
+    "refused: callers and Prometheus use bearer tokens). Default: plain HTTP."
+)
+
+
+def web_config_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--web.config.file`` of a service's serve command (health, anomaly, chatbot)."""
+    return click.option(
+        "--web.config.file",
+        "web_config_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help=SERVICE_HELP,
+    )(command)
+
+
+def load_for_service(path: str | Path) -> WebConfig:
+    """The file as a service reads it: TLS only; basic auth is named as refused before its hashes are
+    looked at, so the message points to what to do instead."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        raw = {}  # load() below names the problem
+    if isinstance(raw, dict) and raw.get("basic_auth_users"):
+        raise WebConfigError(
+            f"{path}: basic_auth_users: FleetSight's services do not take basic auth; they check bearer "
+            "tokens (<SERVICE>_TOKENS[_FILE]): give Prometheus a token with scope read "
+            "(authorization: {credentials_file: ...}) and remove basic_auth_users"
+        )
+    return load(path)
+
+
+def uvicorn_tls(path: str | Path | None) -> dict[str, Any]:
+    """uvicorn.run's keyword arguments for ``--web.config.file``: none without a file (plain HTTP), else
+    the context built by this module (certificate, client CA, client_auth_type, min_version), handed
+    over with uvicorn's ssl_context_factory (its ssl_* arguments cannot set a minimum version). A bad
+    file stops the service here, before it starts anything, with the file and the key named."""
+    if not path:
+        return {}
+    try:
+        context = load_for_service(path).tls
+    except WebConfigError as exc:
+        raise click.ClickException(f"--web.config.file {exc}") from None
+    if context is None:
+        return {}
+    return {"ssl_context_factory": lambda _config, _default: context}
