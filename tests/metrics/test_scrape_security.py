@@ -70,8 +70,8 @@ def test_generated_web_configuration_passes_promtool(tmp_path: Path) -> None:
 
 
 def services_uncommented() -> str:
-    """metrics/prometheus.yml with the services' commented settings (``#key``, no space: prose comments
-    have one) switched on, as an operator who serves them over TLS does."""
+    """metrics/prometheus.yml with the services' commented settings switched on, as an operator who
+    serves them over TLS does: ``#key`` or ``#  nested``; prose comments have exactly one space."""
     text = (REPO_ROOT / "metrics" / "prometheus.yml").read_text()
     return re.sub(r"^(\s+)#(?=\S|  )", r"\1", text, flags=re.MULTILINE)
 
