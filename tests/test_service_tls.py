@@ -38,6 +38,7 @@ def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     server = {"cert_file": str(cert), "key_file": str(key), "min_version": "TLS12"}
     write_yaml(folder / "web.yml", {"tls_server_config": server})
+    write_yaml(folder / "web-tls13.yml", {"tls_server_config": {**server, "min_version": "TLS13"}})
     # the same certificate as client CA: mutual TLS, the client shows this certificate too
     mutual = {**server, "client_ca_file": str(cert), "client_auth_type": "RequireAndVerifyClientCert"}
     write_yaml(folder / "web-mtls.yml", {"tls_server_config": mutual})
@@ -109,14 +110,14 @@ def test_health_serves_mutual_tls(tls_dir: Path, started: Callable[..., None], t
     refuses_plain_http(url)
 
 
-def test_chatbot_serves_tls(tls_dir: Path, started: Callable[..., None]) -> None:
+def test_chatbot_serves_tls_with_a_minimum_version(tls_dir: Path, started: Callable[..., None]) -> None:
     trust = ssl.create_default_context(cafile=tls_dir / "service.crt")
     port = free_port()
     url = f"https://127.0.0.1:{port}"
     command = [
         *FLEETSIGHT, "chatbot", "serve", "--listen", f"127.0.0.1:{port}", "--token-reads", "--rate-limit",
         "off", "--docs", str(REPO_ROOT / "docs" / "runbooks" / "PSUFailed.md"),
-        "--web.config.file", str(tls_dir / "web.yml"),
+        "--web.config.file", str(tls_dir / "web-tls13.yml"),
     ]  # fmt: skip
     env = {"FLEETSIGHT_CHATBOT_TOKENS": f"{READ_TOKEN}=read", "FLEETSIGHT_CHATBOT_LLM_URL": None}
     started("chatbot", command, lambda: httpx.get(f"{url}/healthz", verify=trust, timeout=2).is_success, env)
@@ -126,6 +127,10 @@ def test_chatbot_serves_tls(tls_dir: Path, started: Callable[..., None]) -> None
     assert metrics.status_code == 200 and "fleetsight_chatbot_" in metrics.text
     assert httpx.get(f"{url}/v1/status", verify=trust, headers=bearer, timeout=5).status_code == 200
     refuses_plain_http(url)
+    old_client = ssl.create_default_context(cafile=tls_dir / "service.crt")
+    old_client.maximum_version = ssl.TLSVersion.TLSv1_2  # below min_version: refused in the handshake
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/healthz", verify=old_client, timeout=5)
 
 
 def test_prometheus_scrapes_the_anomaly_service_over_tls_with_a_read_token(
