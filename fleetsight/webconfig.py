@@ -176,15 +176,17 @@ def load_for_service(path: str | Path) -> WebConfig:
 
 def uvicorn_tls(path: str | Path | None) -> dict[str, Any]:
     """uvicorn.run's keyword arguments for ``--web.config.file``: none without a file (plain HTTP), else
-    the context built by this module (certificate, client CA, client_auth_type, min_version), handed
-    over with uvicorn's ssl_context_factory (its ssl_* arguments cannot set a minimum version). A bad
-    file stops the service here, before it starts anything, with the file and the key named."""
+    the context this module builds (certificate, client CA, client_auth_type, min_version; the file
+    must configure TLS), handed over with uvicorn's ssl_context_factory (its ssl_* arguments cannot set
+    a minimum version). A bad file stops the service here, before it starts anything, with the file
+    and the key named."""
     if not path:
         return {}
     try:
         context = load_for_service(path).tls
     except WebConfigError as exc:
         raise click.ClickException(f"--web.config.file {exc}") from None
-    if context is None:
-        return {}
+    if context is None:  # the file would change nothing: an operator expecting TLS must hear so
+        raise click.ClickException(f"--web.config.file {path}: tls_server_config is required (a service's "
+                                   "web configuration carries only TLS)")  # fmt: skip
     return {"ssl_context_factory": lambda _config, _default: context}

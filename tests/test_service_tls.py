@@ -183,6 +183,7 @@ def test_prometheus_scrapes_the_anomaly_service_over_tls_with_a_read_token(
     ("service", "content", "named"),
     [
         ("health", {"basic_auth_users": {"prometheus": "$2y$10$abc"}}, ["basic_auth_users", "bearer tokens"]),
+        ("health", {"http_server_config": {}}, ["tls_server_config is required"]),
         ("anomaly", {"tls_server_config": {"cert_file": "/nonexistent.crt", "key_file": "/x.key"}},
          ["tls_server_config", "No such file"]),
         ("chatbot", {"tls_server_config": {"cert_file": "a", "key_file": "b", "min_version": "TLS1.3"}},
