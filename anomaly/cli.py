@@ -14,6 +14,7 @@ import click
 
 from fleetsight import durations
 from fleetsight.logs import setup_logging
+from fleetsight.webconfig import uvicorn_tls, web_config_option
 
 DEFAULT_LISTEN = "127.0.0.1:19140"
 
@@ -70,6 +71,7 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
     help="Answer the API without a token (cluster network), or only to a token with scope `read` "
     "(FLEETSIGHT_ANOMALY_TOKENS='tok=read' or FLEETSIGHT_ANOMALY_TOKENS_FILE).",
 )
+@web_config_option
 def serve(
     prometheus_url: str,
     slurm_url: str | None,
@@ -78,6 +80,7 @@ def serve(
     interval: float,
     window: str,
     step: str,
+    web_config_file: str | None = None,
 ) -> None:
     """Run the service: read Prometheus every cycle, flag stragglers, serve /metrics and /v1/stragglers.
 
@@ -87,6 +90,8 @@ def serve(
       fleetsight anomaly serve --prometheus-url http://thanos-query:10902 \\
           --slurm-url http://slurmrestd:6820/slurm/v0.0.40/jobs --listen 0.0.0.0:9140
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19090 --interval 10 --window 20s
+      fleetsight anomaly serve --prometheus-url http://thanos-query:10902 --token-reads \\
+          --web.config.file /etc/fleetsight/web-config.yml    # TLS; Prometheus scrapes with a read token
     """
     import uvicorn
 
@@ -106,13 +111,20 @@ def serve(
         raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
     if interval <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
+    tls = uvicorn_tls(web_config_file)
     config = ServiceConfig(
         prometheus_url=prometheus_url, slurm_url=slurm_url, interval_s=interval, window=window, step=step
     )
     service = AnomalyService(config)
     logging.getLogger("anomaly").info(
         json.dumps(
-            {"event": "serving", "listen": listen, "prometheus_url": prometheus_url, "slurm_url": slurm_url}
+            {
+                "event": "serving",
+                "listen": listen,
+                "tls": bool(tls),
+                "prometheus_url": prometheus_url,
+                "slurm_url": slurm_url,
+            }
         )
     )
     uvicorn.run(
@@ -122,6 +134,7 @@ def serve(
         log_level="warning",
         timeout_keep_alive=5,
         limit_concurrency=256,  # past that, 503 instead of an unbounded queue
+        **tls,
     )
 
 

@@ -256,7 +256,8 @@ def create_app(
         responses=auth.ERROR_RESPONSES,
     )
 
-    @app.get("/metrics", include_in_schema=False)
+    # A read like the API (it names stragglers and jobs): with --token-reads, Prometheus sends a read token.
+    @app.get("/metrics", include_in_schema=False, dependencies=reader)
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from fleetsight.webconfig import uvicorn_tls, web_config_option
+
 from .access import ASK, DEFAULT_ASK_TIMEOUT_S, DEFAULT_RATE, RATE_ENV, Access, AccessError
 from .answer import FUSIONS, MODES, Answerer
 from .config import ConfigError, chat_config
@@ -88,6 +90,7 @@ def cli() -> None:
     help="Seconds an answer may take (live look-ups and model included) before the caller gets 504.",
 )
 @docs_option
+@web_config_option
 def serve(
     listen: str,
     health_url: str | None,
@@ -103,6 +106,7 @@ def serve(
     rate_limit: str | None,
     ask_timeout: float,
     docs: tuple[Path, ...],
+    web_config_file: str | None = None,
 ) -> None:
     """Run the service: POST /v1/ask, the chat page at /, Slack at POST /slack/command.
 
@@ -114,6 +118,7 @@ def serve(
       FLEETSIGHT_CHATBOT_LLM_KEY=... fleetsight chatbot serve --llm-url http://vllm:8000/v1 --llm-model qwen
       FLEETSIGHT_CHATBOT_TOKENS_FILE=/etc/fleetsight/tokens fleetsight chatbot serve --rate-limit 10/min
       fleetsight chatbot serve --open-asks    # anyone on the cluster network may ask (loopback here)
+      fleetsight chatbot serve --listen 0.0.0.0:9442 --web.config.file /etc/fleetsight/web-config.yml
     """
     from . import slack
     from .service import create_app
@@ -129,6 +134,7 @@ def serve(
         access = Access.from_env(open_reads, open_asks, rate_limit, ask_timeout)
     except AccessError as exc:
         raise click.BadParameter(str(exc)) from None
+    tls = uvicorn_tls(web_config_file)
     if not open_asks and not any(ASK in scopes for scopes in access.tokens.values()):
         logging.getLogger("chatbot").warning(
             "event=no_ask_tokens detail=%r",
@@ -146,10 +152,10 @@ def serve(
         raise click.ClickException(f"no Markdown sections in {where}: nothing to answer from (see --docs)")
     click.echo(
         f"chatbot: {len({s.file for s in index.sections})} files, {len(index.sections)} sections indexed; "
-        f"http://{host}:{port}/ (API docs /docs)",
+        f"{'https' if tls else 'http'}://{host}:{port}/ (API docs /docs)",
         err=True,
     )
-    run(app, host, int(port))
+    run(app, host, int(port), tls)
 
 
 @cli.command(name="evaluate")

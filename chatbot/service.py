@@ -157,7 +157,8 @@ def create_app(
             raise HTTPException(404, "no such file")
         return FileResponse(path)
 
-    @app.get("/metrics", include_in_schema=False)
+    # A read (with --token-reads, Prometheus scrapes with a read token: authorization.credentials_file).
+    @app.get("/metrics", include_in_schema=False, dependencies=reader)
     def prometheus_metrics() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -261,9 +262,13 @@ def create_app(
     return app
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+def serve(app: FastAPI, host: str, port: int, tls: dict[str, Any] | None = None) -> None:
+    """``tls``: fleetsight.webconfig.uvicorn_tls's arguments (--web.config.file), or plain HTTP."""
     import uvicorn
 
     # Idle connections are closed after 5 s, and past 64 requests at once the server answers 503
     # instead of queueing without bound.
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=5, limit_concurrency=64)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", timeout_keep_alive=5, limit_concurrency=64,
+        **(tls or {}),
+    )  # fmt: skip

@@ -16,7 +16,9 @@ from typing import Any
 import click
 import yaml
 
-from . import serving, webconfig
+from fleetsight import webconfig
+
+from . import node_web_files, serving
 from .core import configure_logging, kv
 from .node import (
     COLLECTORS,
@@ -461,10 +463,10 @@ def make_web_config(root: Path, group: str) -> None:
     Example:
       fleetsight exporter make-web-config --root /tmp/node-root --group "$(id -gn)"
     """
-    files = webconfig.NodeFiles(root)
+    files = node_web_files.NodeFiles(root)
     hosts = (socket.gethostname(),)  # not getfqdn(): a DNS lookup that can hang an install
     try:
-        written = webconfig.make_node_config(root, group, hosts)
+        written = node_web_files.make_node_config(root, group, hosts)
     except (webconfig.WebConfigError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     if not written:

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .webconfig import WebConfig
+from fleetsight.webconfig import WebConfig
 
 GZIP_MIN_BYTES = 1024  # below this, compressing costs more than it saves
 

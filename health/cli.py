@@ -15,6 +15,7 @@ import httpx
 
 from fleetsight.logs import setup_logging
 from fleetsight.settings import Settings
+from fleetsight.webconfig import uvicorn_tls, web_config_option
 
 from . import prolog, sync
 from .policy import DEFAULT_POLICY, PolicyError, load
@@ -98,6 +99,7 @@ def cli() -> None:
     help="Serve GET /v1/targets/JOB (Prometheus http_sd, one target per scheduler node) on PORT; "
     "repeatable, over the defaults dcgm=9400 fleetsight-node=9401 node=9100.",
 )
+@web_config_option
 def serve(
     policy_path: Path,
     listen: str | None,
@@ -112,6 +114,7 @@ def serve(
     breaker_alert: bool,
     discovery_ports: tuple[str, ...],
     kubernetes_nodes: bool = False,
+    web_config_file: str | None = None,
 ) -> None:
     """Run the health service: refresh from the sources in the background, answer the REST API.
 
@@ -125,6 +128,7 @@ def serve(
       FLEETSIGHT_HEALTH_TOKENS="s3cret=read,drain" fleetsight health serve --policy my-policy.yml
       fleetsight health serve --scheduler-url http://slurm:6820/slurm/v0.0.38 --discovery-port dcgm=9500
           (then Prometheus: http_sd_configs: [{url: http://HOST:9441/v1/targets/dcgm}])
+      fleetsight health serve --listen 0.0.0.0:9441 --web.config.file /etc/fleetsight/web-config.yml
     """
     from .discovery import parse_ports
     from .service import HealthService, create_app, load_tokens, nodes_from_file, serve_app
@@ -137,6 +141,7 @@ def serve(
         ports = parse_ports(discovery_ports)
     except (PolicyError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
+    tls = uvicorn_tls(web_config_file)
     settings = Settings()
     host, _, port = (listen or f"127.0.0.1:{settings.port('health')}").rpartition(":")
     source_class, source_extra = Sources, {}
@@ -169,9 +174,11 @@ def serve(
     )
     service.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    logging.getLogger("health").info("event=listening address=%s:%s tokens=%d", host, port, len(tokens))
+    logging.getLogger("health").info(
+        "event=listening address=%s:%s tokens=%d tls=%s", host, port, len(tokens), bool(tls)
+    )
     try:
-        serve_app(create_app(service), host or "127.0.0.1", int(port))
+        serve_app(create_app(service), host or "127.0.0.1", int(port), tls)
     finally:
         service.stop()
 

@@ -325,7 +325,9 @@ def create_app(service: HealthService) -> FastAPI:
         ok = service.refreshes > 0
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    @app.get("/metrics", include_in_schema=False)
+    # /metrics is a read (it names every node and its state): open with open_reads, else a read token
+    # (Prometheus: authorization.credentials_file).
+    @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require("read"))])
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -474,10 +476,11 @@ def create_app(service: HealthService) -> FastAPI:
     return app
 
 
-def serve_app(app: FastAPI, host: str, port: int) -> None:
+def serve_app(app: FastAPI, host: str, port: int, tls: dict[str, Any] | None = None) -> None:
+    """``tls``: fleetsight.webconfig.uvicorn_tls's arguments (--web.config.file), or plain HTTP."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, **(tls or {}))
 
 
 def nodes_from_file(path: Path | None) -> Iterable[str]:

@@ -90,6 +90,7 @@ def test_every_route_but_the_open_ones_needs_a_token(strict_url: str) -> None:
         ("POST", "/v1/ask", {"question": "what does Xid 79 mean"}),
         ("GET", "/v1/status", None),
         ("GET", "/files/docs/runbooks/PSUFailed.md", None),
+        ("GET", "/metrics", None),  # a read: Prometheus scrapes with a read token (credentials_file)
     ]
     for method, path, body in guarded:
         response = httpx.request(method, f"{strict_url}{path}", json=body, timeout=10)
@@ -100,7 +101,7 @@ def test_every_route_but_the_open_ones_needs_a_token(strict_url: str) -> None:
         assert unknown.status_code == 401 and "nope-0" not in unknown.text
     # the Slack endpoint: Slack's signature, not a token
     assert httpx.post(f"{strict_url}/slack/command", content=b"text=hi", timeout=5).status_code == 401
-    for path in ("/", "/static/chat.js", "/healthz", "/metrics", "/openapi.json"):
+    for path in ("/", "/static/chat.js", "/healthz", "/openapi.json"):
         assert httpx.get(f"{strict_url}{path}", timeout=5).status_code == 200, path
 
 

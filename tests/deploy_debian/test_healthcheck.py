@@ -18,7 +18,7 @@ import pytest
 from baremetal_helpers import REAL_API, REPO, HookedSlurm
 from health_helpers import Process, fast_policy, slurm_cluster, start_health
 
-from exporters.webconfig import NodeFiles, make_node_config
+from exporters.node_web_files import NodeFiles, make_node_config
 from support import free_port, wait_until
 
 sys.path.insert(0, str(REPO / "deploy" / "slurm"))

@@ -29,7 +29,7 @@ import yaml
 from baremetal_helpers import REPO
 from health_helpers import Process
 
-from exporters.webconfig import NodeFiles
+from exporters.node_web_files import NodeFiles
 from support import free_port
 
 sys.path.insert(0, str(REPO / "deploy" / "slurm"))

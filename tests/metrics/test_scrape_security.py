@@ -3,19 +3,21 @@ does not. metrics/prometheus.yml, docker-compose.yml and the files `logs make-se
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import yaml
 
 from fleetsight.settings import Settings
-from metrics.local import SCRAPE_SECURITY_KEYS, prometheus_config
+from metrics.local import SCRAPE_SECURITY_KEYS, prometheus_config, without_addresses
 from support import FLEETSIGHT, REPO_ROOT
 
 PRODUCTION = yaml.safe_load((REPO_ROOT / "metrics" / "prometheus.yml").read_text())
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 EXPORTER_JOBS = {"dcgm": "dcgm-exporter", "fleetsight-node": "fleetsight-node", "node": "node-exporter",
                  "fleetsight-fabric": "fleetsight-fabric"}  # fmt: skip
+SERVICE_JOBS = ("anomaly", "fleetsight-health", "fleetsight-chatbot")
 
 
 def test_production_scrapes_every_exporter_over_tls_with_basic_auth() -> None:
@@ -65,3 +67,37 @@ def test_generated_web_configuration_passes_promtool(tmp_path: Path) -> None:
     password = (out / "exporters-scrape-password").read_text().strip()
     assert password not in text, "the web configuration holds only the bcrypt hash"
     assert all(path.stat().st_mode & 0o077 == 0 for path in out.iterdir())
+
+
+def services_uncommented() -> str:
+    """metrics/prometheus.yml with the services' commented settings switched on, as an operator who
+    serves them over TLS does: ``#key`` or ``#  nested``; prose comments have exactly one space."""
+    text = (REPO_ROOT / "metrics" / "prometheus.yml").read_text()
+    return re.sub(r"^(\s+)#(?=\S|  )", r"\1", text, flags=re.MULTILINE)
+
+
+def test_the_services_tls_settings_are_ready_to_switch_on(tmp_path: Path) -> None:
+    """Uncommented, every service job scrapes over https with the services' CA and a read token from a
+    file (bearer, not basic auth: the services refuse basic_auth_users), promtool accepts the file,
+    and the local stack still drops those keys."""
+    text = services_uncommented()
+    assert text != (REPO_ROOT / "metrics" / "prometheus.yml").read_text(), "nothing commented to switch on"
+    jobs = {job["job_name"]: job for job in yaml.safe_load(text)["scrape_configs"]}
+    for name in SERVICE_JOBS:
+        job = jobs[name]
+        assert job["scheme"] == "https", name
+        assert job["tls_config"]["ca_file"].startswith("/etc/prometheus/secrets/"), name
+        assert job["authorization"]["credentials_file"].startswith("/etc/prometheus/secrets/"), name
+        assert "credentials" not in job["authorization"] and "basic_auth" not in job, name
+        assert not set(without_addresses(job)) & set(SCRAPE_SECURITY_KEYS), name
+    assert {k: v for k, v in jobs.items() if k not in SERVICE_JOBS} == {
+        job["job_name"]: job for job in PRODUCTION["scrape_configs"] if job["job_name"] not in SERVICE_JOBS
+    }, "only the services' jobs have commented settings"
+    # promtool opens the token file: the secrets where the replicas mount them, here under tmp_path
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "services-scrape-token").write_text("a-read-token\n")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(text.replace("/etc/prometheus/secrets/", f"{secrets}/"))
+    result = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
