@@ -78,6 +78,7 @@ sys.path.insert(0, str(REPO))
 
 from evaluation.scale_capture import capture, free_port  # noqa: E402
 from metrics.scale.capture import Capture  # noqa: E402
+from metrics.scale.loadgen import load_source_job  # noqa: E402
 from metrics.sharding.generate import PRODUCTION_CONFIG, shard_config, split_rules  # noqa: E402
 
 THANOS = REPO / ".cache" / "bin" / "thanos"
@@ -290,11 +291,7 @@ class Stack:
                 continue
             if job["job_name"] not in (*JOBS, *self.consumer_ports):
                 continue
-            job = {k: v for k, v in job.items() if not k.endswith(("_sd_configs", "static_configs"))}
-            job["file_sd_configs"] = [{"files": [str(self.sd / f"{job['job_name']}.json")]}]
-            if job["job_name"] == "dcgm":  # the twin-address rewrite is for compose only
-                job["relabel_configs"] = [r for r in job.get("relabel_configs", []) if "twin" not in str(r)]
-            jobs.append(job)
+            jobs.append(load_source_job(job, self.sd))
         config["scrape_configs"] = jobs
         return config
 

@@ -31,6 +31,9 @@ import resource
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from metrics.local import without_addresses
 
 from .capture import Capture
 
@@ -208,6 +211,17 @@ def write_file_sd(folder: Path, nodes: int, port: int, cluster: str = "fleet-sca
         tmp.replace(target)  # Prometheus re-reads the file: never let it see half of one
         files[job] = target
     return files
+
+
+def load_source_job(job: dict[str, Any], sd_dir: Path) -> dict[str, Any]:
+    """A production scrape job (metrics/prometheus.yml) pointed at the load source: its intervals and
+    relabelling kept, its targets from the file ``write_file_sd`` writes, and, as on the local stack,
+    no TLS or basic auth (the load source serves plain HTTP on loopback)."""
+    job = without_addresses(job)
+    job["file_sd_configs"] = [{"files": [str(sd_dir / f"{job['job_name']}.json")]}]
+    if job["job_name"] == "dcgm":  # the twin-address rewrite is for compose only
+        job["relabel_configs"] = [r for r in job.get("relabel_configs", []) if "twin" not in str(r)]
+    return job
 
 
 async def run(capture_dir: Path, nodes: int, port: int, sd_dir: Path | None) -> None:

@@ -5,15 +5,17 @@ each node once per production job with the stack's labels."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from metrics.scale.capture import Capture
-from metrics.scale.loadgen import PATHS, address, node_name
+from metrics.scale.loadgen import PATHS, address, load_source_job, node_name
 from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,3 +94,47 @@ def test_file_sd_lists_each_node_once_per_job_with_the_stacks_labels(source):
         assert {g["labels"]["__metrics_path__"] for g in groups} == {path}
         assert [g["labels"]["node"] for g in groups] == [node_name(i) for i in range(NODES)]
         assert all(g["labels"]["cluster"] and g["labels"]["rack"] == "r001" for g in groups)
+
+
+def test_prometheus_scrapes_every_node_with_the_production_jobs(source, tmp_path):
+    """The bench's Prometheus: metrics/prometheus.yml's jobs through load_source_job (production's TLS and
+    basic auth dropped, targets from the load source's files); every node's every exporter is up."""
+    _, sd = source
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "Prometheus is not installed: run `fleetsight setup`"
+    production = yaml.safe_load((REPO / "metrics" / "prometheus.yml").read_text())
+    jobs = [
+        load_source_job(job, sd) for job in production["scrape_configs"] if job["job_name"] in PATHS.values()
+    ]
+    assert sorted(j["job_name"] for j in jobs) == sorted(PATHS.values())
+    for job in jobs:
+        job.update(scrape_interval="1s", scrape_timeout="1s")  # production's 60 s for node: too slow here
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": jobs}))
+    web = free_port()
+    process = subprocess.Popen(
+        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def health() -> dict[str, int] | None:
+        assert process.poll() is None, "Prometheus exited"
+        try:
+            targets = httpx.get(f"http://127.0.0.1:{web}/api/v1/targets", timeout=5).json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+        found: dict[str, int] = {}
+        for target in targets["activeTargets"]:
+            if target["health"] == "unknown":
+                return None
+            found[target["labels"]["job"]] = found.get(target["labels"]["job"], 0) + (
+                target["health"] == "up"
+            )
+        return found if len(found) == len(PATHS) else None
+
+    try:
+        found = wait_until(health, 60, what="every load-source target scraped once")
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert found == {job: NODES for job in PATHS.values()}
