@@ -345,6 +345,14 @@ def owner_is(path: Path, user: str) -> bool:
         return False
 
 
+def put_in_place(staged: Path, stamp: str, user: str | None, final: Path) -> None:
+    """A staged OpenSearch install finished: stamped, owned by the user it runs as, then swapped in."""
+    (staged / STAMP_NAME).write_text(stamp + "\n")
+    if user:
+        chown_tree(staged, user)
+    replace_dir(staged, final)
+
+
 def opensearch_present(settings: Settings) -> bool:
     home = opensearch_home(settings)
     module = home / "modules" / "ingest-common"
@@ -448,10 +456,7 @@ def install_opensearch(settings: Settings, log: Path) -> None:
                 home, module.name, module.classname, sorted(jars_dir.glob("*.jar")), module.policy
             )
         (home / "config" / "jvm.options.d" / "fleetsight-heap.options").write_text(heap_options())
-        (home / STAMP_NAME).write_text(OPENSEARCH_STAMP + "\n")
-        if user:
-            chown_tree(home, user)
-        replace_dir(home, opensearch_home(settings))
+        put_in_place(home, OPENSEARCH_STAMP, user, opensearch_home(settings))
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -530,10 +535,7 @@ def install_opensearch_security(settings: Settings, log: Path) -> None:
             archive.resolve().as_uri(),
         ]
         run_logged(installer, log, env={**os.environ, "OPENSEARCH_JAVA_HOME": str(java_home())})
-        (home / STAMP_NAME).write_text(OPENSEARCH_SECURED_STAMP + "\n")
-        if user:
-            chown_tree(home, user)
-        replace_dir(home, opensearch_secured_home(settings))
+        put_in_place(home, OPENSEARCH_SECURED_STAMP, user, opensearch_secured_home(settings))
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 

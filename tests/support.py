@@ -92,3 +92,14 @@ class StackEnv:
                 f"fleetsight {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
             )
         return result
+
+
+def self_signed(folder: Path, common_name: str) -> tuple[Path, Path]:
+    """A one-day self-signed certificate for 127.0.0.1 (it is its own CA) and its key, made by openssl."""
+    cert, key = folder / f"{common_name}.crt", folder / f"{common_name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
+         "-out", str(cert), "-subj", f"/CN={common_name}", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key

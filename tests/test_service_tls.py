@@ -20,7 +20,7 @@ import yaml
 from fleetsight.procs import kill_group
 from fleetsight.settings import REPO_ROOT
 from health.component import serve_command
-from support import FLEETSIGHT, free_port, wait_until
+from support import FLEETSIGHT, free_port, self_signed, wait_until
 
 READ_TOKEN = "tls-test-read-token-7c1d"
 HEALTH_POLICY = REPO_ROOT / "health" / "policy.yml"
@@ -30,12 +30,7 @@ HEALTH_POLICY = REPO_ROOT / "health" / "policy.yml"
 def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A self-signed certificate for 127.0.0.1 (its own CA), and web configurations using it."""
     folder = tmp_path_factory.mktemp("service-tls")
-    cert, key = folder / "service.crt", folder / "service.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
-         "-out", str(cert), "-subj", "/CN=fleetsight-service", "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed(folder, "fleetsight-service")
     server = {"cert_file": str(cert), "key_file": str(key), "min_version": "TLS12"}
     write_yaml(folder / "web.yml", {"tls_server_config": server})
     write_yaml(folder / "web-tls13.yml", {"tls_server_config": {**server, "min_version": "TLS13"}})
@@ -91,9 +86,9 @@ def refuses_plain_http(url: str) -> None:
 
 
 def test_health_serves_mutual_tls(tls_dir: Path, started: Callable[..., None], tmp_path: Path) -> None:
-    cert = str(tls_dir / "service.crt")
+    cert = str(tls_dir / "fleetsight-service.crt")
     client = ssl.create_default_context(cafile=cert)  # checks the server's certificate, shows its own
-    client.load_cert_chain(cert, tls_dir / "service.key")
+    client.load_cert_chain(cert, tls_dir / "fleetsight-service.key")
     port = free_port()
     url = f"https://127.0.0.1:{port}"
     command = serve_command(
@@ -111,7 +106,7 @@ def test_health_serves_mutual_tls(tls_dir: Path, started: Callable[..., None], t
 
 
 def test_chatbot_serves_tls_with_a_minimum_version(tls_dir: Path, started: Callable[..., None]) -> None:
-    trust = ssl.create_default_context(cafile=tls_dir / "service.crt")
+    trust = ssl.create_default_context(cafile=tls_dir / "fleetsight-service.crt")
     port = free_port()
     url = f"https://127.0.0.1:{port}"
     command = [
@@ -127,7 +122,7 @@ def test_chatbot_serves_tls_with_a_minimum_version(tls_dir: Path, started: Calla
     assert metrics.status_code == 200 and "fleetsight_chatbot_" in metrics.text
     assert httpx.get(f"{url}/v1/status", verify=trust, headers=bearer, timeout=5).status_code == 200
     refuses_plain_http(url)
-    old_client = ssl.create_default_context(cafile=tls_dir / "service.crt")
+    old_client = ssl.create_default_context(cafile=tls_dir / "fleetsight-service.crt")
     old_client.maximum_version = ssl.TLSVersion.TLSv1_2  # below min_version: refused in the handshake
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/healthz", verify=old_client, timeout=5)
@@ -136,7 +131,7 @@ def test_chatbot_serves_tls_with_a_minimum_version(tls_dir: Path, started: Calla
 def test_prometheus_scrapes_the_anomaly_service_over_tls_with_a_read_token(
     tls_dir: Path, started: Callable[..., None], tmp_path: Path
 ) -> None:
-    trust = ssl.create_default_context(cafile=tls_dir / "service.crt")
+    trust = ssl.create_default_context(cafile=tls_dir / "fleetsight-service.crt")
     port = free_port()
     url = f"https://127.0.0.1:{port}"
     command = [
@@ -157,7 +152,7 @@ def test_prometheus_scrapes_the_anomaly_service_over_tls_with_a_read_token(
 
     def job(name: str) -> dict:
         return {"job_name": name, "scrape_interval": "1s", "scrape_timeout": "1s", "scheme": "https",
-                "tls_config": {"ca_file": str(tls_dir / "service.crt")},
+                "tls_config": {"ca_file": str(tls_dir / "fleetsight-service.crt")},
                 "authorization": {"credentials_file": str(tmp_path / f"{name}-token")},
                 "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}  # fmt: skip
 

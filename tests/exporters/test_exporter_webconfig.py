@@ -16,26 +16,16 @@ import pytest
 import yaml
 from exporter_helpers import FIXTURES, NodeSpec, build_node
 
-from support import free_port, wait_until
+from support import free_port, self_signed, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "scrape-secret-0000"
 
 
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "agent.crt", folder / "agent.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
-         "-out", str(cert), "-subj", "/CN=fleetsight-agent", "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def secured_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     folder = tmp_path_factory.mktemp("webconfig")
-    cert, key = self_signed(folder)
+    cert, key = self_signed(folder, "fleetsight-agent")
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
     web = folder / "web.yml"
     web.write_text(
