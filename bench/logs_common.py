@@ -40,6 +40,23 @@ def session_cpu_seconds(session: int) -> float:
     return total / ticks
 
 
+def compiler_cpu_seconds(session: int) -> float:
+    """CPU seconds of the JIT compiler threads (C1, C2) of the JVMs in one session: a fresh JVM keeps
+    compiling for minutes under a new load, a cost a long-running server no longer pays. Threads that
+    the JVM retired meanwhile are not counted (it adds and removes compiler threads as needed)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+        if name.startswith(("C1 CompilerThre", "C2 CompilerThre")) and int(fields[3]) == session:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as sock:
         try:
@@ -81,6 +98,10 @@ class Stack:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds (user + system) used so far by each component's processes (its whole session)."""
         return {name: session_cpu_seconds(process.pid) for name, process in self.processes.items()}
+
+    def compiler_seconds(self) -> dict[str, float]:
+        """The JIT compilers' share of cpu_seconds, per component (0 for one that is no JVM)."""
+        return {name: compiler_cpu_seconds(process.pid) for name, process in self.processes.items()}
 
     def stop(self, name: str) -> None:
         process = self.processes.pop(name)
