@@ -9,11 +9,11 @@ from __future__ import annotations
 import grp
 import os
 import secrets
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetsight.certificates import CertificateError, sign_certificate
 from fleetsight.webconfig import WebConfigError, load
 
 SERVER_NAME = "fleetsight-exporter"
@@ -128,43 +128,15 @@ def _node_certificate(files: NodeFiles, gid: int | None, names: tuple[str, ...])
         )
     with tempfile.TemporaryDirectory(dir=files.etc, prefix=".exporter-tls-") as scratch:
         work = Path(scratch)
-        _sign_node_certificate(work, names)
-        _place(work / "node.key", files.key, 0o640, gid)
-        _place(work / "node.crt", files.cert, 0o644, None)
-        _place(work / "ca.crt", files.ca, 0o644, None)
+        # A one-use CA: its key goes with the scratch folder (work is 0700: the keys are never readable).
+        try:
+            signed = sign_certificate(work, f"{SERVER_NAME} node CA", SERVER_NAME, names, NODE_CERT_DAYS)
+        except CertificateError as error:
+            raise WebConfigError(str(error)) from None
+        _place(signed.key, files.key, 0o640, gid)
+        _place(signed.cert, files.cert, 0o644, None)
+        _place(signed.ca_cert, files.ca, 0o644, None)
     return [files.key, files.cert, files.ca]
-
-
-def _sign_node_certificate(work: Path, names: tuple[str, ...]) -> None:
-    """ca.crt, and node.crt + node.key for names (DNS names and IP addresses), in work (a 0700 folder:
-    openssl's keys are never readable by others). The CA's key stays there, to be deleted with it."""
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    days = ("-days", str(NODE_CERT_DAYS))
-    _openssl(
-        work, "req", "-x509", *curve, *days, "-keyout", "ca.key", "-out", "ca.crt",
-        "-subj", f"/CN={SERVER_NAME} node CA", "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign",
-    )  # fmt: skip
-    _openssl(work, "req", *curve, "-keyout", "node.key", "-out", "node.csr", "-subj", f"/CN={SERVER_NAME}")
-    alt = ",".join(f"IP:{name}" if _is_address(name) else f"DNS:{name}" for name in names)
-    (work / "node.ext").write_text(
-        f"subjectAltName={alt}\nextendedKeyUsage=serverAuth\n"
-        "keyUsage=critical,digitalSignature\nbasicConstraints=CA:FALSE\n"
-    )
-    _openssl(
-        work, "x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "node.crt", *days, "-extfile", "node.ext",
-    )  # fmt: skip
-
-
-def _is_address(name: str) -> bool:
-    return ":" in name or name.replace(".", "").isdigit()
-
-
-def _openssl(work: Path, *args: str) -> None:
-    result = subprocess.run(["openssl", *args], cwd=work, capture_output=True, text=True, timeout=60)
-    if result.returncode != 0:
-        raise WebConfigError(f"openssl {args[0]} failed: {result.stderr.strip()[-500:]}")
 
 
 def _place(source: Path, target: Path, mode: int, gid: int | None) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 
 import yaml
 
+from fleetsight.certificates import CertificateError, sign_certificate
+
 from .logclasses import PIPELINES_DIR
 
 ACLS_FILE = PIPELINES_DIR / "kafka" / "acls.yaml"
@@ -148,41 +150,24 @@ def write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
-def openssl(*args: str) -> None:
-    result = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
-    if result.returncode != 0:
-        raise KafkaSecurityError(f"openssl {args[0]} failed: {result.stderr.strip()[-500:]}")
-
-
 def make_certificates(
     target: Path, hosts: tuple[str, ...], cn: str = BROKER_CN, keep_parts: bool = False
 ) -> None:
     """A CA (ca.pem, ca.key) and a server certificate for hosts (IP addresses or DNS names) signed by it:
     broker.pem (key + certificate, Kafka's PEM keystore), and with keep_parts also broker.key and
     broker.crt apart (Elasticsearch's form)."""
-    ca_key, ca_pem = target / "ca.key", target / "ca.pem"
-    key, csr, cert = target / "broker.key", target / "broker.csr", target / "broker.crt"
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl(
-        "req", "-x509", *curve, "-keyout", str(ca_key), "-out", str(ca_pem), "-days", str(CERT_DAYS),
-        "-subj", "/CN=fleetsight-kafka-ca", "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    )  # fmt: skip
-    openssl("req", *curve, "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={cn}")
-    names = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() or ":" in h else f"DNS:{h}" for h in hosts)
-    extensions = target / "broker.ext"
-    extensions.write_text(
-        f"subjectAltName={names}\nextendedKeyUsage=serverAuth,clientAuth\n"
-        "keyUsage=critical,digitalSignature,keyEncipherment\nbasicConstraints=CA:FALSE\n"
-    )
-    openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(ca_pem), "-CAkey", str(ca_key), "-CAcreateserial",
-        "-out", str(cert), "-days", str(CERT_DAYS), "-extfile", str(extensions),
-    )  # fmt: skip
-    write_private(target / "broker.pem", key.read_text() + cert.read_text())
-    parts = () if keep_parts else (key, cert)
-    for leftover in (*parts, csr, extensions, target / "ca.srl"):
-        leftover.unlink(missing_ok=True)
+    try:
+        signed = sign_certificate(target, "fleetsight-kafka-ca", cn, hosts, CERT_DAYS, client_auth=True)
+    except CertificateError as error:
+        raise KafkaSecurityError(str(error)) from None
+    signed.ca_cert.rename(target / "ca.pem")
+    write_private(target / "broker.pem", signed.key.read_text() + signed.cert.read_text())
+    if keep_parts:
+        signed.key.rename(target / "broker.key")
+        signed.cert.rename(target / "broker.crt")
+    else:
+        signed.key.unlink()
+        signed.cert.unlink()
 
 
 def ensure_secrets(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> KafkaSecrets:
