@@ -186,10 +186,13 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
         node_log = settings.log_file("logs-node")
         if node_log.exists():
             # omkafka warns "may indicate data loss" at every close; only a non-empty outqueue loses.
+            # "Failed to send remaining N messages" is what librdkafka still held when its close timed
+            # out (keepFailedMessages should have saved them for the restart: where a loss was seen,
+            # 2 of 3 runs under load, the stop took two close timeouts).
             warnings = [
                 line
                 for line in node_log.read_text(errors="replace").splitlines()
-                if "data loss" in line and "outqueue: 0 " not in line
+                if ("data loss" in line and "outqueue: 0 " not in line) or "Failed to send remaining" in line
             ]
             print("node rsyslog on losses: " + ("\n".join(warnings[-5:]) or "nothing"))
         print(
