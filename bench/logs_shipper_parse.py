@@ -27,13 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from logs_edge import edge_documents, node_json
 
-from pipelines.rsyslog_conf import NODE_RECORD_ID, edge_fast_path
+from pipelines.rsyslog_conf import edge_fast_path, edge_full_parse
 
-FULL_PARSE = [
-    '  action(type="mmjsonparse" cookie="" useRawMsg="on")',
-    *NODE_RECORD_ID,
-    "  set $.unix = parse_time($!@timestamp);",
-]
+FULL_PARSE = edge_full_parse()  # the shipper's own lines
 VARIANTS = {
     "floor": ['  set $.id = "-";', "  set $.unix = 0;"],
     "full parse": FULL_PARSE,
@@ -47,6 +43,8 @@ def config(work: Path, source: Path, out: Path, body: list[str]) -> str:
         'module(load="imfile")',
         'module(load="mmjsonparse")',
         'template(name="found" type="string" string="%$.day% %$.id%\\n")',
+        'template(name="fleetsight_es_doc" type="string" string="%$!%")',
+        'template(name="fleetsight_now" type="string" string="%timegenerated:::date-rfc3339%")',
         f'input(type="imfile" file="{source}" tag="edge" ruleset="ship" freshStartTail="off")',
         'ruleset(name="ship" queue.type="LinkedList" queue.size="200000" queue.workerThreads="2"',
         '        queue.dequeueBatchSize="5000") {',
