@@ -117,7 +117,8 @@ def produce(client: dict[str, str], documents: list[dict]) -> None:
     producer = Producer({**client, "linger.ms": 20, "compression.type": "zstd",
                          "queue.buffering.max.messages": 1_000_000})  # fmt: skip
     for n, document in enumerate(documents):
-        producer.produce(EDGE_TOPIC, node_json(document).encode(), key=document["host"]["name"].encode())
+        record = node_json(document) + "\n"  # a node's record ends in a newline (rsyslog_conf.RECORD_END)
+        producer.produce(EDGE_TOPIC, record.encode(), key=document["host"]["name"].encode())
         if n % 10000 == 0:
             producer.poll(0)
     producer.flush(300)

@@ -14,12 +14,14 @@ from fleetsight.settings import Settings
 
 from . import install
 from . import kafka_security as security
+from .logclasses import LOG_CLASSES
 from .rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS, NodeOptions, ShipperOptions, node_config, shipper_config
 
 LOCAL_CLUSTER = "twin"
-# A stopping node rsyslogd may wait omkafka's closeTimeout for librdkafka (Kafka down), then saves its
-# disk queues and imfile positions: a SIGKILL before that can lose lines imfile already marked read.
-NODE_RSYSLOG_STOP_TIMEOUT_S = KAFKA_CLOSE_TIMEOUT_MS / 1000 + 10.0
+# A stopping node rsyslogd may wait omkafka's closeTimeout for librdkafka once per class's action (Kafka
+# down: each holds at least a nudge), then saves its disk queues and imfile positions: a SIGKILL before
+# that can lose lines imfile already marked read.
+NODE_RSYSLOG_STOP_TIMEOUT_S = len(LOG_CLASSES) * KAFKA_CLOSE_TIMEOUT_MS / 1000 + 10.0
 
 
 # -- Kafka ------------------------------------------------------------------------------------------

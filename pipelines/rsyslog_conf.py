@@ -25,11 +25,17 @@ from .logclasses import LOG_CLASSES, LogClass
 CONSUMER_GROUP = "fleetsight-shipper"
 # A record librdkafka cannot deliver in this time fails back to rsyslog (and its disk-assisted queue).
 KAFKA_MESSAGE_TIMEOUT_MS = 5000
-# How long a stopping rsyslogd waits at most for librdkafka: well past the message timeout, so nothing in
-# flight is dropped. It stops as soon as librdkafka's queue is empty (0.3 s with Kafka up, ~6 s with it
-# down); 5 s + 3 s once lost 44 lines on a machine at load 10, where records produced during the
-# shutdown itself timed out late.
-KAFKA_CLOSE_TIMEOUT_MS = 4 * KAFKA_MESSAGE_TIMEOUT_MS
+# How long a stopping rsyslogd waits for librdkafka to deliver, per omkafka action (they close one after
+# the other). What is still inside then is purged into the failed-message file (keepFailedMessages) and
+# sent after the restart, so nothing is lost by a short wait: with Kafka up the queue empties in ~0.3 s.
+# (It was 20 s, while the purged records were lost to the file's format: RECORD_END below.)
+KAFKA_CLOSE_TIMEOUT_MS = 2000
+# omkafka re-sends the records it holds as failed (a Kafka outage, or its failed-message file after a
+# restart) only when its action is next called: on an idle class that can be hours. immark calls every
+# class's action this often; an action that was called in the last half interval skips it
+# (action.writeAllMarkMessages="off"). The call sends one nudge record to NUDGE_TOPIC, which has no reader.
+NUDGE_INTERVAL_S = 60
+NUDGE_TOPIC = "fleetsight-node-nudge"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class NodeOptions:
     # parsing alone, never a deployment).
     kafka_auth: RsyslogAuth | None = None
     raw_classes: tuple[str, ...] = ()  # catalogued classes shipped raw all the same (for the pipelines)
+    nudge_interval_s: int = NUDGE_INTERVAL_S
 
 
 def quote(text: str) -> str:
@@ -78,6 +85,16 @@ NODE_RECORD = (
 )
 
 
+# Every record a node sends ends in a newline, as rsyslog's own templates do. omkafka's failed-message file
+# (keepFailedMessages) writes "topic<TAB>key<TAB>payload" with no separator of its own and reads it back
+# line by line: records without the newline were glued into one line at a shutdown during a Kafka outage
+# and all but the first were lost. The shipper's rsyslog drops the newline on reception
+# (parser.dropTrailingLFOnReception), and JSON readers ignore it.
+RECORD_END = "\\n"
+NODE_RECORD_TEMPLATE = (
+    f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD + chr(10))})'
+)
+
 READ_TIME_TEMPLATE = "fleetsight_read_time"
 
 
@@ -88,7 +105,7 @@ def edge_preamble(edge_dir: Path = generate.EDGE_DIR) -> list[str]:
         'module(load="mmnormalize")',
         generate.lookup_tables(edge_dir),
         f'template(name="{READ_TIME_TEMPLATE}" type="string" string="%timegenerated:::date-rfc3339%")',
-        'template(name="fleetsight_edge_record" type="string" string="%$!%")',
+        f'template(name="fleetsight_edge_record" type="string" string="%$!%{RECORD_END}")',
     ]
 
 
@@ -116,8 +133,7 @@ def edge_file_config(
             f'global(workDirectory={quote(str(work_dir))} maxMessageSize="64k")',
             'module(load="imfile" mode="inotify")',
             *edge_preamble(),
-            f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD + chr(10))})',
-            'template(name="fleetsight_edge_line" type="string" string="%$!%\\n")',
+            NODE_RECORD_TEMPLATE,
             edge_parse_ruleset(log_class),
             f'input(type="imfile" file={quote(str(source))} tag="{log_class}" ruleset="edge_file" '
             'addMetadata="on" freshStartTail="off")',
@@ -130,7 +146,7 @@ def edge_file_config(
             else "  # no raw record",
             f"  call edge_parse_{log_class}" if parse else "  # not parsed (the benchmark's baseline)",
             f'  action(type="omfile" file={quote(str(out_file))} '
-            f'template="{"fleetsight_edge_line" if parse else "fleetsight_node_record"}")',
+            f'template="{"fleetsight_edge_record" if parse else "fleetsight_node_record"}")',
             "}",
             "",
         ]
@@ -155,6 +171,8 @@ def node_config(options: NodeOptions) -> str:
         f'global(workDirectory={quote(str(options.work_dir))} maxMessageSize="64k")',
         'module(load="imfile" mode="inotify")',
         'module(load="omkafka")',
+        f'module(load="immark" interval="{options.nudge_interval_s}" use.syslogcall="off" '
+        'ruleset="fleetsight_nudge" markMessageText="fleetsight nudge")',
     ]
     if options.stats_file:
         lines.append(
@@ -163,7 +181,11 @@ def node_config(options: NodeOptions) -> str:
         )
     lines += [
         "",
-        f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD)})',
+        NODE_RECORD_TEMPLATE,
+        'template(name="fleetsight_kafka_topic" type="string" string="%$.kafka_topic%")',
+        'ruleset(name="fleetsight_nudge") {',
+        *(f"  call to_kafka_{log_class.name}" for log_class in LOG_CLASSES),
+        "}",
         "",
     ]
     if options.edge_parse:
@@ -187,12 +209,18 @@ def node_config(options: NodeOptions) -> str:
         lines += [
             f'ruleset(name="{ruleset}") {{',
             f"  set $.node = {node_expr};",
-            f"  set $.cluster = {quote(options.cluster)};",
-            '  set $.doc_id = $.node & ":" & $!metadata!filename & ":" & $!metadata!fileoffset;',
+            '  if $inputname == "immark" then {',
+            f'    set $.kafka_topic = "{NUDGE_TOPIC}";',
+            "    set $!fleetsight!nudge = $.node;",
+            "  } else {",
+            f'    set $.kafka_topic = "{log_class.edge_topic if edge else log_class.topic}";',
+            f"    set $.cluster = {quote(options.cluster)};",
+            '    set $.doc_id = $.node & ":" & $!metadata!filename & ":" & $!metadata!fileoffset;',
             # Parsed here: the ECS document in $! (a line no pattern matches goes whole, tagged).
-            f"  call edge_parse_{log_class.name}" if edge else "  # raw: the ingest pipeline parses it",
-            f'  action(type="omkafka" name="kafka_{log_class.name}" '
-            f'topic="{log_class.edge_topic if edge else log_class.topic}"',
+            f"    call edge_parse_{log_class.name}" if edge else "    # raw: the ingest pipeline parses it",
+            "  }",
+            f'  action(type="omkafka" name="kafka_{log_class.name}" statsName="omkafka_{log_class.name}"',
+            '         dynaTopic="on" topic="fleetsight_kafka_topic" action.writeAllMarkMessages="off"',
             f"         broker={brokers_array(options.brokers)}",
             f'         template="{"fleetsight_edge_record" if edge else "fleetsight_node_record"}"',
             conf_params(
@@ -208,9 +236,8 @@ def node_config(options: NodeOptions) -> str:
             # librdkafka's own retries time out; then rsyslog re-submits and the action suspends, and
             # the disk-assisted queue below keeps everything until Kafka is back.
             '         resubmitOnFailure="on" keepFailedMessages="on"',
-            # On shutdown omkafka drops what is still inside librdkafka once closeTimeout passes; waiting
-            # longer than the message timeout turns every such record into a failed one, which
-            # keepFailedMessages writes to failedMsgFile and sends after the restart.
+            # On shutdown, what librdkafka still holds after closeTimeout is purged; keepFailedMessages
+            # writes it to failedMsgFile and sends it after the restart (with the next line or nudge).
             f'         closeTimeout="{KAFKA_CLOSE_TIMEOUT_MS}"',
             f"         failedMsgFile={quote(str(options.work_dir / f'kafka_{log_class.name}.failed'))}",
             '         action.resumeRetryCount="-1" action.resumeInterval="2"',
@@ -357,7 +384,10 @@ def shipper_config(options: ShipperOptions) -> str:
         "# FleetSight log shipper (local stand-in for Logstash): Kafka -> OpenSearch/Elasticsearch through",
         "# each class's ingest pipeline; id = the line's origin (a replay overwrites, never doubles).",
         "# Generated by pipelines/rsyslog_conf.py; validate with `rsyslogd -N1 -f THIS_FILE`.",
-        f'global(workDirectory={quote(str(options.work_dir))} maxMessageSize="64k")',
+        # A node's record ends in a newline (RECORD_END); dropping it is rsyslog's default, stated here
+        # because the bulk body the shipper writes must not carry it.
+        f'global(workDirectory={quote(str(options.work_dir))} maxMessageSize="64k" '
+        'parser.dropTrailingLFOnReception="on")',
         'module(load="imkafka")',
         'module(load="omelasticsearch")',
         'module(load="mmjsonparse")',

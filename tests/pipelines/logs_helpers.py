@@ -6,6 +6,7 @@ an ingest pipeline. (A module of its own, not conftest.py: several test folders 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -188,3 +189,17 @@ def shipper_docs(log_class: str, lines: list[tuple[str, str]], node: str = "n000
         }
         docs.append({"_id": origin, "_source": source})
     return docs
+
+
+def impstats_reports(stats_file: Path, name: str) -> list[dict[str, Any]]:
+    """rsyslog's impstats reports of one counter set (an action's name, a dyn_stats bucket), oldest first;
+    each line of the file is the time, then the report's JSON."""
+    reports = []
+    for line in stats_file.read_text().splitlines() if stats_file.exists() else []:
+        try:
+            report = json.loads(line[line.index("{") :])
+        except ValueError:
+            continue
+        if report.get("name") == name:
+            reports.append(report)
+    return reports

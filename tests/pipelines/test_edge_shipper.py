@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 from edge_helpers import run_edge
-from logs_helpers import LogStack
+from logs_helpers import LogStack, impstats_reports
 
 from pipelines.component import rsyslog_dir
 from pipelines.kafka_security import NODE_USER
@@ -58,15 +58,8 @@ def relabel(record: str, suffix: str, timestamp: str | None = None) -> str:
 
 def path_counts(stack: LogStack) -> dict[str, int]:
     """The shipper's dyn_stats counters of the kernel class's path (fast, parsed), last report."""
-    stats = rsyslog_dir(stack.settings, "shipper") / "impstats.json"
-    counts: dict[str, int] = {}
-    for line in stats.read_text().splitlines() if stats.exists() else []:
-        try:
-            report = json.loads(line[line.index("{") :])
-        except ValueError:
-            continue
-        if report.get("name") == BUCKET:
-            counts = {key: int(value) for key, value in report.get("values", {}).items()}
+    reports = impstats_reports(rsyslog_dir(stack.settings, "shipper") / "impstats.json", BUCKET)
+    counts = {key: int(value) for key, value in reports[-1].get("values", {}).items()} if reports else {}
     return {path: counts.get(f"kernel_{path}", 0) for path in ("fast", "parsed")}
 
 

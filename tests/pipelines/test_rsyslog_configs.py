@@ -16,6 +16,7 @@ from pipelines.kafka_security import NODE_USER, SHIPPER_USER, RsyslogAuth
 from pipelines.logclasses import BY_NAME, LOG_CLASSES
 from pipelines.rsyslog_conf import (
     KAFKA_CLOSE_TIMEOUT_MS,
+    NUDGE_TOPIC,
     NodeOptions,
     ShipperOptions,
     node_config,
@@ -65,7 +66,10 @@ def test_node_config_is_valid(tmp_path: Path, local: bool) -> None:
     for log_class in LOG_CLASSES:
         # Catalogued classes are parsed on the node and go to their edge topic as ECS JSON.
         topic = log_class.edge_topic if log_class.name in CATALOGUES else log_class.topic
-        assert f'topic="{topic}"' in config
+        assert f'set $.kafka_topic = "{topic}"' in config
+    # Idle actions are nudged (immark), so that omkafka re-sends what it holds as failed.
+    assert 'module(load="immark"' in config and f'set $.kafka_topic = "{NUDGE_TOPIC}"' in config
+    assert config.count('action.writeAllMarkMessages="off"') == len(LOG_CLASSES)
     assert "call edge_parse_kernel" in config and 'module(load="mmnormalize")' in config
     # What nothing-lost rests on: a disk-assisted queue saved on shutdown, retried forever.
     assert config.count('queue.saveOnShutdown="on"') == len(LOG_CLASSES)
@@ -108,7 +112,7 @@ def test_the_node_rsyslog_is_given_time_to_stop_cleanly() -> None:
     """The supervisor waits past omkafka's closeTimeout before it SIGKILLs the node rsyslog: a kill
     while librdkafka drains (Kafka down) could lose lines imfile already marked as read."""
     node = load_components()["logs-node"]
-    assert node.stop_timeout_s >= KAFKA_CLOSE_TIMEOUT_MS / 1000 + 5
+    assert node.stop_timeout_s >= len(LOG_CLASSES) * KAFKA_CLOSE_TIMEOUT_MS / 1000 + 5
 
 
 def test_production_node_config_is_secured_and_refuses_to_load_without_its_credential(tmp_path: Path) -> None:
