@@ -10,6 +10,7 @@ rounds is printed.
 
 Example (about 5 minutes on 2 cores):
     python bench/logs_index_cost.py --docs 40000 --rounds 3 --warmup 100000
+    python bench/logs_index_cost.py --only codec   # the codec alone against "bulk 5000"
 """
 
 from __future__ import annotations
@@ -60,10 +61,25 @@ def bulk_bodies(index: str, documents: list[dict], size: int, origin_ids: bool =
     return bodies
 
 
+def merged_size(url: str, index: str) -> int:
+    """Bytes of the index's one segment once the force merge has left only it (the store statistics
+    sometimes still counted files on their way out)."""
+    deadline = time.monotonic() + 120
+    while True:
+        answer = httpx.get(f"{url}/_cat/segments/{index}?bytes=b&format=json", timeout=60)
+        segments = answer.raise_for_status().json()
+        if len(segments) == 1:
+            return int(segments[0]["size"])
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{index}: {len(segments)} segments 120 s after the force merge")
+        time.sleep(0.5)
+
+
 def run_variant(
     stack: Stack, url: str, name: str, body: dict, bodies_for: Any, documents: list[dict]
-) -> float:
-    """OpenSearch CPU-us per document for one fresh index."""
+) -> tuple[float, float]:
+    """OpenSearch CPU-us per document for one fresh index, and its bytes on disk per document once
+    force-merged to one segment (what a warm index keeps; measured after the CPU figure)."""
     index = f"bench-{name}-{time.monotonic_ns()}"
     assert httpx.put(f"{url}/{index}", json=body, timeout=60).status_code == 200
     bodies = bodies_for(index)
@@ -84,8 +100,10 @@ def run_variant(
                 raise SystemExit(f"{index}: not all searchable after 120 s")
             time.sleep(0.2)
     used = stack.cpu_seconds()["opensearch"] - before
+    httpx.post(f"{url}/{index}/_forcemerge?max_num_segments=1", timeout=600).raise_for_status()
+    stored = merged_size(url, index)
     httpx.delete(f"{url}/{index}", timeout=60)
-    return 1e6 * used / len(documents)
+    return 1e6 * used / len(documents), stored / len(documents)
 
 
 def main() -> None:
@@ -99,6 +117,9 @@ def main() -> None:
         type=int,
         default=100_000,
         help="documents indexed first, not counted (40,000 was too few)",
+    )
+    parser.add_argument(
+        "--only", default="", help="run only the variants whose name contains this (e.g. codec)"
     )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="fleetsight-index-cost-"))
@@ -117,27 +138,34 @@ def main() -> None:
             "bulk 5000, codec default (LZ4)": (index_body(False, "default"), 5000),
             "bulk 5000, ids made by OpenSearch (a replay would duplicate)": (now(), 5000, False),
         }
+        if args.only:
+            variants = {name: v for name, v in variants.items() if args.only in name or name == "bulk 5000"}
         print(f"before: {load()}", flush=True)
         warm = [
             copy.deepcopy(d) for d in documents[: args.warmup]
         ]  # a fresh JVM compiles its hot paths first
         run_variant(stack, url, "warmup", now(), lambda i: bulk_bodies(i, warm, 5000), warm)
         results: dict[str, list[float]] = {name: [] for name in variants}
+        sizes: dict[str, list[float]] = {name: [] for name in variants}
         for round_ in range(args.rounds):
             for name, (body, size, *ids) in variants.items():
                 origin_ids = ids[0] if ids else True
-                cost = run_variant(
+                cost, stored = run_variant(
                     stack, url, "v", body,
                     lambda i, s=size, o=origin_ids: bulk_bodies(i, documents, s, o), documents,
                 )  # fmt: skip
                 results[name].append(cost)
-                print(f"round {round_ + 1}: {name}: {cost:.1f} us/doc; {load()}", flush=True)
+                sizes[name].append(stored)
+                line = f"round {round_ + 1}: {name}: {cost:.1f} us/doc, {stored:.0f} B/doc; {load()}"
+                print(line, flush=True)
         print(
-            f"OpenSearch CPU per edge document ({args.docs:,} documents a variant, median of {args.rounds}):"
+            f"OpenSearch CPU per edge document ({args.docs:,} documents a variant, median of {args.rounds}),"
+            " and bytes on disk per document force-merged to one segment:"
         )
         for name, costs in results.items():
             rounds = ", ".join(f"{cost:.1f}" for cost in costs)
-            print(f"  {name}: {statistics.median(costs):.1f} us/doc (rounds: {rounds})")
+            stored = statistics.median(sizes[name])
+            print(f"  {name}: {statistics.median(costs):.1f} us/doc, {stored:.0f} B/doc (rounds: {rounds})")
         print(f"after: {load()}")
     finally:
         stack.stop_all()
