@@ -32,7 +32,7 @@ from pipelines.apply import apply_all
 from pipelines.component import kafka_client
 from pipelines.kafka_security import NODE_USER
 from pipelines.logclasses import BY_NAME
-from pipelines.rsyslog_conf import edge_file_config
+from pipelines.rsyslog_conf import RECORD_END, edge_file_config
 
 EDGE_TOPIC = BY_NAME["kernel"].edge_topic
 AFTERMATH_S = 30  # how long OpenSearch's CPU is still counted after a drain (its merges)
@@ -117,7 +117,7 @@ def produce(client: dict[str, str], documents: list[dict]) -> None:
     producer = Producer({**client, "linger.ms": 20, "compression.type": "zstd",
                          "queue.buffering.max.messages": 1_000_000})  # fmt: skip
     for n, document in enumerate(documents):
-        record = node_json(document) + "\n"  # a node's record ends in a newline (rsyslog_conf.RECORD_END)
+        record = node_json(document) + RECORD_END  # as a node sends it
         producer.produce(EDGE_TOPIC, record.encode(), key=document["host"]["name"].encode())
         if n % 10000 == 0:
             producer.poll(0)

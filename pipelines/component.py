@@ -139,11 +139,10 @@ def twin_nodes_root(settings: Settings) -> Path:
 LOCAL_RAW_CLASSES = ("application",)
 
 
-def prepare_node(settings: Settings) -> None:
+def local_node_options(settings: Settings) -> NodeOptions:
+    """The local node rsyslog's options: one rsyslogd reading every twin node's files."""
     work = rsyslog_dir(settings, "node")
-    work.mkdir(parents=True, exist_ok=True)
-    twin_nodes_root(settings).mkdir(parents=True, exist_ok=True)
-    options = NodeOptions(
+    return NodeOptions(
         brokers=[kafka_bootstrap(settings)],
         work_dir=work,
         cluster=LOCAL_CLUSTER,
@@ -153,6 +152,12 @@ def prepare_node(settings: Settings) -> None:
         kafka_auth=kafka_secrets(settings).rsyslog_auth(security.NODE_USER),
         raw_classes=LOCAL_RAW_CLASSES,
     )
+
+
+def prepare_node(settings: Settings) -> None:
+    options = local_node_options(settings)
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    twin_nodes_root(settings).mkdir(parents=True, exist_ok=True)
     config = settings.config_dir("rsyslog-node") / "rsyslog.conf"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(node_config(options))

@@ -90,9 +90,9 @@ NODE_RECORD = (
 # line by line: records without the newline were glued into one line at a shutdown during a Kafka outage
 # and all but the first were lost. The shipper's rsyslog drops the newline on reception
 # (parser.dropTrailingLFOnReception), and JSON readers ignore it.
-RECORD_END = "\\n"
+RECORD_END = "\n"
 NODE_RECORD_TEMPLATE = (
-    f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD + chr(10))})'
+    f'template(name="fleetsight_node_record" type="string" string={quote(NODE_RECORD + RECORD_END)})'
 )
 
 READ_TIME_TEMPLATE = "fleetsight_read_time"
@@ -105,7 +105,7 @@ def edge_preamble(edge_dir: Path = generate.EDGE_DIR) -> list[str]:
         'module(load="mmnormalize")',
         generate.lookup_tables(edge_dir),
         f'template(name="{READ_TIME_TEMPLATE}" type="string" string="%timegenerated:::date-rfc3339%")',
-        f'template(name="fleetsight_edge_record" type="string" string="%$!%{RECORD_END}")',
+        f'template(name="fleetsight_edge_record" type="string" string={quote("%$!%" + RECORD_END)})',
     ]
 
 

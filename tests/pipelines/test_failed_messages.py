@@ -10,6 +10,7 @@ session's Kafka; the shipper indexes what arrives, and every line must be in Ope
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,16 +26,9 @@ from pathlib import Path
 import httpx
 from logs_helpers import LogStack, impstats_reports
 
-from pipelines.component import (
-    LOCAL_RAW_CLASSES,
-    NODE_RSYSLOG_STOP_TIMEOUT_S,
-    kafka_bootstrap,
-    kafka_secrets,
-    rsyslog_env,
-)
-from pipelines.kafka_security import NODE_USER
+from pipelines.component import NODE_RSYSLOG_STOP_TIMEOUT_S, kafka_bootstrap, local_node_options, rsyslog_env
 from pipelines.logclasses import BY_NAME
-from pipelines.rsyslog_conf import NodeOptions, node_config
+from pipelines.rsyslog_conf import node_config
 from support import wait_until
 
 KERNEL = BY_NAME["kernel"]
@@ -67,15 +61,12 @@ def node_rsyslog(
     stack: LogStack, work: Path, nodes_root: Path, broker: str, nudge_interval_s: int
 ) -> Iterator[NodeRun]:
     """The node's generated configuration, run in the foreground; stopped with SIGTERM as systemd does."""
-    options = NodeOptions(
+    options = dataclasses.replace(
+        local_node_options(stack.settings),
         brokers=[broker],
         work_dir=work,
-        cluster="failed-messages-test",
         files_root=str(nodes_root),
-        node_from_path=True,
         stats_file=work / "impstats.json",
-        kafka_auth=kafka_secrets(stack.settings).rsyslog_auth(NODE_USER),
-        raw_classes=LOCAL_RAW_CLASSES,
         nudge_interval_s=nudge_interval_s,
     )
     config = work / "rsyslog.conf"
