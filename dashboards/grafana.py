@@ -154,6 +154,22 @@ def ready(url: str) -> bool:
         return False
 
 
+# Grafana of this pin can fail its very first start: it creates org 1 for the admin user, then looks the
+# org up again with the creation time as a condition (second resolution in SQLite). When the two calls
+# straddle a second boundary it misses the org, inserts it again and exits on the primary key (upstream's
+# "ignore unique constraint" fix matches SQLite's UNIQUE code, not PRIMARYKEY). The transaction rolls
+# back, so a second start is a fresh first start with the same ~1 % chance; the stack's supervisor
+# restarts it too.
+FIRST_START_RACE = "failed to create default organization"
+START_ATTEMPTS = 3
+
+
+class GrafanaExited(RuntimeError):
+    def __init__(self, code: int, log_tail: str) -> None:
+        super().__init__(f"grafana exited ({code}); last log lines:\n{log_tail}")
+        self.log_tail = log_tail
+
+
 @contextmanager
 def running(
     settings: Settings,
@@ -172,27 +188,39 @@ def running(
     data_dir.mkdir(parents=True, exist_ok=True)
     given = environment(settings, port, data_dir, prometheus_url, logs_url, dashboards_dir, provisioning)
     env = {**os.environ, **given}
-    url = f"http://{settings.host}:{port}"
-    with (data_dir / "grafana.log").open("w") as out:
-        process = subprocess.Popen(command(settings), env=env, stdout=out, stderr=subprocess.STDOUT)
+    url, log = f"http://{settings.host}:{port}", data_dir / "grafana.log"
+    process: subprocess.Popen | None = None
     try:
-        wait_ready(url, process, data_dir / "grafana.log")
-        wait_provisioned(url, process, data_dir / "grafana.log", dashboard_uids(dashboards_dir))
+        for attempt in range(1, START_ATTEMPTS + 1):
+            with log.open("a") as out:
+                process = subprocess.Popen(command(settings), env=env, stdout=out, stderr=subprocess.STDOUT)
+            try:
+                wait_ready(url, process, log)
+                break
+            except GrafanaExited as exited:
+                if FIRST_START_RACE not in exited.log_tail or attempt == START_ATTEMPTS:
+                    raise
+        wait_provisioned(url, process, log, dashboard_uids(dashboards_dir))
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"grafana exited ({process.returncode}); last log lines:\n{tail(log)}")
+            raise GrafanaExited(process.returncode, tail(log))
         if ready(url):
             return
         time.sleep(0.2)  # polling interval of a deadline loop, not a synchronisation
@@ -219,7 +247,7 @@ def wait_provisioned(url: str, process: subprocess.Popen, log: Path, uids: list[
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"grafana exited ({process.returncode}); last log lines:\n{tail(log)}")
+            raise GrafanaExited(process.returncode, tail(log))
         if provisioned(url, uids):
             return
         time.sleep(0.2)  # polling interval of a deadline loop, not a synchronisation
