@@ -66,16 +66,16 @@ def test_a_first_start_lost_to_the_org_race_is_started_again(tmp_path: Path) -> 
 def test_any_other_early_exit_fails_at_once_with_the_log(tmp_path: Path) -> None:
     settings = wrapped_grafana(tmp_path, "Error: \u2717 could not open the database", deaths=1)
     port = free_port_base() + 146
-    with pytest.raises(grafana.GrafanaExited, match="could not open the database"):
-        with grafana.running(settings, port, tmp_path / "data", NO_BACKEND, NO_BACKEND):
-            pass
+    expected = pytest.raises(grafana.GrafanaExited, match="could not open the database")
+    with expected, grafana.running(settings, port, tmp_path / "data", NO_BACKEND, NO_BACKEND):
+        pass
     assert start_count(tmp_path) == 1
 
 
 def test_the_race_every_time_gives_up_after_the_last_attempt(tmp_path: Path) -> None:
     settings = wrapped_grafana(tmp_path, RACE_LOG, deaths=grafana.START_ATTEMPTS)
     port = free_port_base() + 146
-    with pytest.raises(grafana.GrafanaExited, match="failed to create default organization"):
-        with grafana.running(settings, port, tmp_path / "data", NO_BACKEND, NO_BACKEND):
-            pass
+    expected = pytest.raises(grafana.GrafanaExited, match="failed to create default organization")
+    with expected, grafana.running(settings, port, tmp_path / "data", NO_BACKEND, NO_BACKEND):
+        pass
     assert start_count(tmp_path) == grafana.START_ATTEMPTS
