@@ -40,21 +40,32 @@ def session_cpu_seconds(session: int) -> float:
     return total / ticks
 
 
-def compiler_cpu_seconds(session: int) -> float:
-    """CPU seconds of the JIT compiler threads (C1, C2) of the JVMs in one session: a fresh JVM keeps
-    compiling for minutes under a new load, a cost a long-running server no longer pays. Threads that
-    the JVM retired meanwhile are not counted (it adds and removes compiler threads as needed)."""
+# JVM threads by their native names (/proc/<pid>/task/<tid>/comm, cut at 15 characters): the JIT
+# compilers, and the garbage collector's (G1's workers, concurrent markers, refiners, service thread).
+JVM_THREAD_KINDS = {
+    "jit": ("C1 CompilerThre", "C2 CompilerThre"),
+    "gc": ("GC Thread#", "G1 "),
+}
+
+
+def jvm_thread_cpu_seconds(session: int) -> dict[str, float]:
+    """CPU seconds of the JIT compiler and GC threads of the JVMs in one session, by kind. A fresh JVM
+    keeps compiling for minutes under a new load, a cost a long-running server no longer pays. Threads
+    that the JVM retired meanwhile are not counted (it adds and removes compiler threads as needed)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
+    totals = dict.fromkeys(JVM_THREAD_KINDS, 0)
     for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
         name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
-        if name.startswith(("C1 CompilerThre", "C2 CompilerThre")) and int(fields[3]) == session:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+        if int(fields[3]) != session:
+            continue
+        for kind, prefixes in JVM_THREAD_KINDS.items():
+            if name.startswith(prefixes):
+                totals[kind] += int(fields[11]) + int(fields[12])
+    return {kind: ticks_ / ticks for kind, ticks_ in totals.items()}
 
 
 def port_free(port: int) -> bool:
@@ -99,9 +110,9 @@ class Stack:
         """CPU seconds (user + system) used so far by each component's processes (its whole session)."""
         return {name: session_cpu_seconds(process.pid) for name, process in self.processes.items()}
 
-    def compiler_seconds(self) -> dict[str, float]:
-        """The JIT compilers' share of cpu_seconds, per component (0 for one that is no JVM)."""
-        return {name: compiler_cpu_seconds(process.pid) for name, process in self.processes.items()}
+    def jvm_thread_seconds(self) -> dict[str, dict[str, float]]:
+        """The JIT compilers' and the GC's shares of cpu_seconds, per component (0 for no JVM)."""
+        return {name: jvm_thread_cpu_seconds(process.pid) for name, process in self.processes.items()}
 
     def stop(self, name: str) -> None:
         process = self.processes.pop(name)

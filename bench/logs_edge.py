@@ -85,14 +85,22 @@ def edge_cost(work: Path, count: int) -> str:
     )
 
 
+# The fleet the edge documents come from writes this many lines a second in all: the documents' times
+# advance by its step, as a backlog of a real fleet's lines does (the document ids begin with the second).
+FLEET_LINES_PER_S = 10_000
+
+
 def edge_documents(work: Path, count: int) -> list[dict]:
     """`count` edge documents as the node makes them: a real rsyslogd parses the mix's distinct lines,
-    then each is repeated with its own origin (id, offset) and number."""
+    then each is repeated with its own origin (id, offset), number and time (FLEET_LINES_PER_S)."""
     _, records = _run_rsyslog(work / "docs", kernel_lines(64), parse=True)
     templates = [json.loads(record) for record in records]
+    start = dt.datetime.fromisoformat(templates[0]["@timestamp"].replace("Z", "+00:00"))
     documents = []
     for n in range(count):
         document = copy.deepcopy(templates[n % len(templates)])
+        moment = start + dt.timedelta(seconds=n / FLEET_LINES_PER_S)
+        document["@timestamp"] = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
         document["log"]["offset"] = n
         document["event"]["id"] = f"n{n % 512:04d}:/var/log/kern.log:{n}"
         document["host"]["name"] = f"n{n % 512:04d}"
@@ -149,7 +157,7 @@ def drain(stack: Stack, work: Path, count: int, warmup: int, cpu_line: callable)
     out.append(f"Kafka pre-filled with {count:,} edge documents; shipper stopped until now")
     # The shipper's preparation (`logs apply`, its configuration) is not part of the drain.
     stack.components["logs-shipper"].prepare(settings)
-    cpu, compiling = stack.cpu_seconds(), stack.compiler_seconds()
+    cpu, threads, busy = stack.cpu_seconds(), stack.jvm_thread_seconds(), opensearch_busy_ms(url)
     began = time.monotonic()
     stack.start("logs-shipper", prepare=False)
     samples = []
@@ -168,14 +176,26 @@ def drain(stack: Stack, work: Path, count: int, warmup: int, cpu_line: callable)
         f"{count / (finished - began):,.0f} lines/s from shipper start to all searchable, "
         f"{sustained:,.0f} lines/s between 10 % and 90 %; {load()}"
     )
-    after, compiled = stack.cpu_seconds(), stack.compiler_seconds()
+    after, threads_after = stack.cpu_seconds(), stack.jvm_thread_seconds()
     out.append(cpu_line(cpu, after, 0.0, count))
-    jit = {
-        name: 1e6 * (compiled[name] - compiling.get(name, 0.0)) / count for name in ("opensearch", "kafka")
+    used = {  # us per line, by component and JVM thread kind
+        (name, kind): 1e6 * (threads_after[name][kind] - threads.get(name, {}).get(kind, 0.0)) / count
+        for name in ("opensearch", "kafka")
+        for kind in ("jit", "gc")
     }
+    jit = used["opensearch", "jit"] + used["kafka", "jit"]
+    central = 1e6 * sum(after[n] - cpu.get(n, 0.0) for n in after) / count
     out.append(
-        f"  of which JIT compiler threads (us/line): opensearch {jit['opensearch']:.0f}, kafka {jit['kafka']:.0f}"
-        f"; without them: central {1e6 * sum(after[n] - cpu.get(n, 0.0) for n in after) / count - sum(jit.values()):.0f} us/line"
+        f"  of which JIT compiler threads (us/line): opensearch {used['opensearch', 'jit']:.0f}, "
+        f"kafka {used['kafka', 'jit']:.0f}; without them: central {central - jit:.0f} us/line"
+    )
+    busy_after = opensearch_busy_ms(url)
+    out.append(
+        "  OpenSearch's own totals (thread-us per line, wall time): "
+        + ", ".join(f"{name} {1e3 * (busy_after[name] - busy[name]) / count:.0f}" for name in busy)
+    )
+    out.append(
+        f"  of which GC threads (us/line): opensearch {used['opensearch', 'gc']:.0f}, kafka {used['kafka', 'gc']:.0f}"
     )
     # Merges the drain left behind run after it: counted apart, so a setting that defers them shows.
     time.sleep(AFTERMATH_S)
@@ -186,6 +206,22 @@ def drain(stack: Stack, work: Path, count: int, warmup: int, cpu_line: callable)
         f"us per drained line more; {len(segments)} segments in the kernel indices"
     )
     return out
+
+
+def opensearch_busy_ms(url: str) -> dict[str, float]:
+    """OpenSearch's own totals (thread milliseconds, wall time, summed over its nodes) of the work the
+    drain causes: indexing, refreshes, merges, flushes."""
+    nodes = httpx.get(f"{url}/_nodes/stats/indices", timeout=60).raise_for_status().json()["nodes"]
+    keys = {
+        "indexing": ("indexing", "index_time_in_millis"),
+        "refresh": ("refresh", "total_time_in_millis"),
+        "merges": ("merges", "total_time_in_millis"),
+        "flush": ("flush", "total_time_in_millis"),
+    }
+    return {
+        name: float(sum(node["indices"][group][key] for node in nodes.values()))
+        for name, (group, key) in keys.items()
+    }
 
 
 def _wait(predicate: callable, timeout: float, what: str) -> None:

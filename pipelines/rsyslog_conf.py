@@ -14,7 +14,9 @@ writes them for the twin's files; ``rsyslogd -N1 -f FILE`` validates them (the t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from . import generate
@@ -313,6 +315,29 @@ def edge_fast_path() -> list[str]:
     ]
 
 
+# An edge document's id: the second of the line's own time, then its origin. OpenSearch looks every
+# given id up in each segment of the index before writing; Lucene answers "not here" at once for an id
+# outside a segment's smallest..largest id, so ids that grow with time are checked against the few
+# recent segments only (bench/logs_index_cost.py, "ids"). Both parts come from the record, so a replay
+# gives the same id. A record without a time of its own keeps the bare origin: the time it would get
+# (now) changes from one delivery to the next.
+EDGE_ID_SEPARATOR = ":"
+TIMED_EDGE_ID = f'  set $.doc_id = $.unix & "{EDGE_ID_SEPARATOR}" & $.id;'
+
+
+def edge_document_id(document: dict) -> str:
+    """The id the edge shipper gives a node's document (TIMED_EDGE_ID), to find it by: the whole seconds
+    of its @timestamp since the epoch, then its origin (event.id)."""
+    origin = document["event"]["id"]
+    try:
+        moment = datetime.fromisoformat(document["@timestamp"].replace("Z", "+00:00"))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return origin
+    if moment.tzinfo is None:  # parse_time reads RFC 3339 only: a time without its zone is none
+        return origin
+    return f"{math.floor(moment.timestamp())}{EDGE_ID_SEPARATOR}{origin}"
+
+
 def edge_full_parse() -> list[str]:
     """The edge path off the fast path: parse the record; one that is no JSON becomes a tagged document."""
     return [
@@ -324,18 +349,25 @@ def edge_full_parse() -> list[str]:
         "  }",
         *NODE_RECORD_ID,
         "  set $.unix = parse_time($!@timestamp);",
-        '  if $.unix == 0 then { set $.unix = parse_time(exec_template("fleetsight_now")); }',
+        "  if $.unix == 0 then {",
+        "    set $.doc_id = $.id;",
+        '    set $.unix = parse_time(exec_template("fleetsight_now"));',
+        "  } else {",
+        "  " + TIMED_EDGE_ID,
+        "  }",
     ]
 
 
 def edge_shipper(log_class: LogClass, options: ShipperOptions, first: bool = True) -> list[str]:
     """The edge topic of a catalogued class: ECS JSON parsed on the node, bulk-indexed with no ingest
-    pipeline into the class's daily index (the line's own day, UTC), id = the line's origin."""
+    pipeline into the class's daily index (the line's own day, UTC), id = the second of the line's own time
+    and its origin (TIMED_EDGE_ID)."""
     name = f"edge_{log_class.name}"
     return [
         *(
             [
                 'template(name="fleetsight_edge_doc" type="string" string="%$.doc%")',
+                'template(name="fleetsight_edge_doc_id" type="string" string="%$.doc_id:::json%")',
                 'dyn_stats(name="fleetsight_edge_path" resettable="off")',
             ]
             if first
@@ -356,6 +388,7 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions, first: bool = Tru
         *edge_fast_path(),
         "  if $.fast then {",
         f'    set $.path = dyn_inc("fleetsight_edge_path", "{log_class.name}_fast");',
+        "  " + TIMED_EDGE_ID,
         "  } else {",
         f'    set $.path = dyn_inc("fleetsight_edge_path", "{log_class.name}_parsed");',
         *("  " + line for line in edge_full_parse()),
@@ -365,7 +398,7 @@ def edge_shipper(log_class: LogClass, options: ShipperOptions, first: bool = Tru
         f'serverport="{options.es_port}" usehttps="off" esVersion.major="8"',
         f'         searchIndex="index_{name}" dynSearchIndex="on"',
         '         template="fleetsight_edge_doc" bulkmode="on" maxbytes="10m"',
-        '         dynbulkid="on" bulkid="fleetsight_doc_id" writeoperation="index"',
+        '         dynbulkid="on" bulkid="fleetsight_edge_doc_id" writeoperation="index"',
         f'         retryfailures="on" retryruleset="retry_{name}"',
         f"         errorFile={quote(str(options.error_file))}",
         '         action.resumeRetryCount="-1" action.resumeInterval="2")',

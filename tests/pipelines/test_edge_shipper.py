@@ -4,7 +4,8 @@ session's log stack (Kafka, rsyslog, OpenSearch):
 - documents as a real node rsyslogd writes them take the fast path, the twin's traffic too;
 - the same documents with an escaped quote in the id, written by another JSON encoder, or from a record
   that is no JSON take the full parse;
-- every document is indexed under its origin id, in its line's UTC day, as it was sent; a record that is
+- every document is indexed under its id (the second of its line's time, then its origin), in its line's
+  UTC day, as it was sent; a record that is
   no JSON becomes a document of its own, tagged, on the edge path and on the ingest-pipeline path."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from logs_helpers import LogStack, impstats_reports
 from pipelines.component import rsyslog_dir
 from pipelines.kafka_security import NODE_USER
 from pipelines.logclasses import BY_NAME
+from pipelines.rsyslog_conf import edge_document_id
 from support import wait_until
 
 KERNEL = BY_NAME["kernel"]
@@ -64,6 +66,7 @@ def path_counts(stack: LogStack) -> dict[str, int]:
 
 
 def indexed(stack: LogStack, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The documents of these ids (the shipper's: rsyslog_conf.edge_document_id), by origin."""
     httpx.post(f"{stack.search_url}/{KERNEL.topic}-*/_refresh", timeout=60).raise_for_status()
     response = httpx.post(
         f"{stack.search_url}/{KERNEL.topic}-*/_search",
@@ -71,7 +74,7 @@ def indexed(stack: LogStack, ids: list[str]) -> dict[str, dict[str, Any]]:
         timeout=60,
     )
     response.raise_for_status()
-    return {hit["_id"]: hit for hit in response.json()["hits"]["hits"]}
+    return {hit["_source"]["event"]["id"]: hit for hit in response.json()["hits"]["hits"]}
 
 
 def utc_day(timestamp: str) -> str:
@@ -93,12 +96,16 @@ def test_node_documents_skip_the_parse_and_everything_else_is_parsed(
     fast += [relabel(fast[0], ":zoned", "2026-11-21T23:30:00.000-05:00")]
     parsed = node_lines(tmp_path / "odd", f'fast-{run}/odd"name.log', lines[:2])  # id with an escaped quote
     parsed += [json.dumps(json.loads(relabel(record, ":foreign"))) for record in fast[:2]]  # another encoder
+    # No time of its own: the full parse, and the bare origin as id (a replay's "now" would differ).
+    untimed_document = json.loads(relabel(fast[1], ":untimed"))
+    del untimed_document["@timestamp"]
+    untimed = json.dumps(untimed_document)
     garbage = f"not a document {run}: no JSON here {{"
     assert all('\\"' in json.dumps(json.loads(record)["event"]["id"]) for record in parsed[:2])
 
     before = path_counts(log_stack)
     producer = Producer({**log_stack.kafka(NODE_USER), "log_level": 0})
-    for record in [*fast, *parsed, garbage]:
+    for record in [*fast, *parsed, untimed, garbage]:
         producer.produce(KERNEL.edge_topic, record.encode())
     producer.produce(RAW.topic, garbage.encode())
     assert producer.flush(30) == 0, "records not delivered to Kafka in 30 s"
@@ -107,7 +114,7 @@ def test_node_documents_skip_the_parse_and_everything_else_is_parsed(
     found: dict[str, dict[str, Any]] = {}
 
     def all_indexed() -> bool:
-        found.update(indexed(log_stack, list(sent)))
+        found.update(indexed(log_stack, [edge_document_id(json.loads(record)) for record in sent.values()]))
         return len(found) == len(sent)
 
     deadline = time.monotonic() + 120
@@ -122,8 +129,17 @@ def test_node_documents_skip_the_parse_and_everything_else_is_parsed(
         document = json.loads(record)
         hit = found[origin]
         assert hit["_source"] == document, origin
+        # The second of the line's own time first, then its origin: one id per line, replay or not.
+        seconds = int(datetime.fromisoformat(document["@timestamp"].replace("Z", "+00:00")).timestamp())
+        assert hit["_id"] == f"{seconds}:{origin}", (origin, hit["_id"])
         assert hit["_index"] == f"{KERNEL.topic}-{utc_day(document['@timestamp'])}", (origin, hit["_index"])
     assert found[json.loads(fast[-1])["event"]["id"]]["_index"].endswith("2026.11.22")
+    untimed_origin = json.loads(untimed)["event"]["id"]
+    assert edge_document_id(json.loads(untimed)) == untimed_origin
+    wait_until(
+        lambda: bool(indexed(log_stack, [untimed_origin])), timeout=60, what="the record without a time"
+    )
+    assert indexed(log_stack, [untimed_origin])[untimed_origin]["_source"] == json.loads(untimed)
 
     query = {"query": {"match_phrase": {"message": f"not a document {run}"}}}
 
@@ -149,9 +165,9 @@ def test_node_documents_skip_the_parse_and_everything_else_is_parsed(
 
     # impstats reports every 10 s: the counters catch up within a few reports.
     deadline = time.monotonic() + 60
-    while (after := path_counts(log_stack))["parsed"] - before["parsed"] < len(parsed) + 1:
+    while (after := path_counts(log_stack))["parsed"] - before["parsed"] < len(parsed) + 2:
         assert time.monotonic() < deadline, (before, after)
         time.sleep(1)
     # Exactly these took the full parse: the node's own records (the twin's traffic too) never do.
-    assert after["parsed"] - before["parsed"] == len(parsed) + 1, (before, after)
+    assert after["parsed"] - before["parsed"] == len(parsed) + 2, (before, after)
     assert after["fast"] - before["fast"] >= len(fast), (before, after)

@@ -92,11 +92,12 @@ def test_shipper_config_is_valid(tmp_path: Path) -> None:
     for log_class in LOG_CLASSES:
         assert f'pipelineName="{log_class.pipeline_id}"' in config
     assert 'dynbulkid="on" bulkid="fleetsight_doc_id"' in config
-    # Edge topics: bulk-indexed with no ingest pipeline, id = origin, daily index by the line's day.
+    # Edge topics: bulk-indexed with no ingest pipeline, id = the line's second and origin, daily index
+    # by the line's day.
     for name in CATALOGUES:
         edge = config[config.index(f'action(type="omelasticsearch" name="es_edge_{name}"') :]
         edge = edge[: edge.index("}")]
-        assert "pipelineName" not in edge and 'bulkid="fleetsight_doc_id"' in edge
+        assert "pipelineName" not in edge and 'bulkid="fleetsight_edge_doc_id"' in edge
         assert f'topic="{BY_NAME[name].edge_topic}"' in config
 
 
