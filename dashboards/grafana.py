@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from fleetsight.gobuild import GoModuleBuild
+from fleetsight.procs import stop_process
 from fleetsight.settings import REPO_ROOT, Settings
 from fleetsight.setup import InstallError, go_env, remove_leftovers, run_logged
 
@@ -204,16 +205,7 @@ def running(
         yield url
     finally:
         if process is not None:
-            stop(process)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+            stop_process(process)
 
 
 def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
+from fleetsight.procs import stop_process
 from fleetsight.xid_catalog import lookup as xid_lookup
 from rules.ruleset import CONTEXT_METRICS, Rule, load_rules, parse_duration, recording_levels, source_metrics
 from twin.history import BackfillError
@@ -268,12 +269,7 @@ def prometheus(data_dir: Path, log: Path) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=30)
 
 
 def ready(url: str) -> bool:
