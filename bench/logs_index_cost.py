@@ -11,7 +11,7 @@ is printed.
 Example (about 5 minutes on 2 cores):
     python bench/logs_index_cost.py --docs 40000 --rounds 3 --warmup 100000
     python bench/logs_index_cost.py --only codec   # the codec alone against "bulk 5000"
-    python bench/logs_index_cost.py --only ids --prefill 500000   # ids, in an index that has grown
+    python bench/logs_index_cost.py --only ids --prefill 300000 --docs 100000 --rounds 2   # ids, grown index
 """
 
 from __future__ import annotations
