@@ -19,11 +19,11 @@ WORKDIR /opt/fleetsight/src
 
 # Dependencies first, in their own layer: it is rebuilt only when the lock changes.
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-dev --no-install-project
+RUN uv sync --frozen --no-dev --all-extras --no-install-project
 
 # Then the project itself (.dockerignore keeps tests, caches, run data and secrets out).
 COPY . .
-RUN uv sync --frozen --no-dev
+RUN uv sync --frozen --no-dev --all-extras
 
 # An unprivileged user; /var/lib/fleetsight is where a service may write (the twin's output).
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/fleetsight --shell /usr/sbin/nologin fleetsight \

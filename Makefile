@@ -27,8 +27,9 @@ status:
 lint:
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
-# Debian packages (fleetsight-python, fleetsight-node, fleetsight-central) into build/deb/, built with
-# dpkg-buildpackage/debhelper; see deploy/debian/build.py and docs/deployment.md, "Bare metal".
+# Debian packages (fleetsight-python, fleetsight-python-node, fleetsight-node, fleetsight-central) into
+# build/deb/, built with dpkg-buildpackage/debhelper; see deploy/debian/build.py and docs/deployment.md,
+# "Bare metal".
 .PHONY: deb
 deb: bootstrap
 	@.venv/bin/fleetsight setup

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,10 @@ CONFIG_ENV = "FLEETSIGHT_ALERTMANAGER_CONFIG"
 PRODUCTION_SECRETS_DIR = "/etc/alertmanager/secrets/"
 SECRETS_DIR_ENV = "FLEETSIGHT_ALERTMANAGER_SECRETS_DIR"
 SLACK_SECRET = "slack_webhook_url"
+# The bearer token of the health service's webhook receiver; the service reads the same file.
+HEALTH_TOKEN_SECRET = "health_events_token"
+HEALTH_RECEIVER = "fleetsight-health"
+HEALTH_EVENTS_PATH = "/v1/events/alertmanager"
 REPLICAS = ("A", "B")
 AMTOOL_TIMEOUT_S = 60
 
@@ -79,6 +84,25 @@ def write_stand_in_secret(settings: Settings) -> None:
     secret = folder / SLACK_SECRET
     secret.write_text(settings.url("slack_sink", "/services/local/webhook"))
     secret.chmod(0o600)
+    token = folder / HEALTH_TOKEN_SECRET
+    if not token.exists():  # kept across restarts: the running health service holds it
+        token.write_text(secrets.token_urlsafe(32))
+        token.chmod(0o600)
+
+
+def health_token_file(settings: Settings) -> Path:
+    """The webhook token file the local stack's health service reads (--events-token-file)."""
+    return secrets_dir(settings) / HEALTH_TOKEN_SECRET
+
+
+def local_health_url(config: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The health receiver's webhook pointed at the local stack's health service (production names
+    the compose service)."""
+    for receiver in config.get("receivers", []):
+        if receiver.get("name") == HEALTH_RECEIVER:
+            for webhook in receiver.get("webhook_configs", []):
+                webhook["url"] = settings.url("health", HEALTH_EVENTS_PATH)
+    return config
 
 
 def localised(node: Any, settings: Settings) -> Any:
@@ -171,7 +195,7 @@ def local_config(settings: Settings) -> dict[str, Any]:
         raise ConfigError(f"{source}: cannot be read as YAML: {exc}") from exc
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: not an Alertmanager configuration (a YAML mapping)")
-    return localised(config, settings)
+    return local_health_url(localised(config, settings), settings)
 
 
 def config_path(settings: Settings) -> Path:

@@ -5,67 +5,41 @@ fit the project's) and configured from the production files with the local hosts
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, InstallStep, run_logged
+from fleetsight.venvs import PrivateVenv
 
 ELASTALERT_VERSION = "2.19.0"  # the last release for Python 3.11 (later ones need 3.12+)
 PYTZ_VERSION = "2026.6"  # imported by elastalert2, not declared by it
 ELASTALERT_DIR = Path(__file__).resolve().parent / "elastalert"
 PRODUCTION_CONFIG = ELASTALERT_DIR / "config.yaml"
 RULES_DIR = ELASTALERT_DIR / "rules"
-STAMP = f"elastalert2 {ELASTALERT_VERSION} pytz {PYTZ_VERSION}"
-
-
-def venv_dir(settings: Settings) -> Path:
-    return settings.cache_dir / "elastalert"
+ELASTALERT_VENV = PrivateVenv(
+    folder="elastalert",
+    label="ElastAlert2",
+    requirements=(f"elastalert2=={ELASTALERT_VERSION}", f"pytz=={PYTZ_VERSION}"),
+    executable="elastalert",
+    python_below=(3, 12),  # ElastAlert2 2.19.0 runs on 3.11
+)
 
 
 def venv_bin(settings: Settings, name: str) -> Path:
-    return venv_dir(settings) / "bin" / name
+    return ELASTALERT_VENV.bin(settings, name)
 
 
-def elastalert_present(settings: Settings) -> bool:
-    stamp = venv_dir(settings) / "fleetsight.stamp"
-    return (
-        venv_bin(settings, "elastalert").is_file() and stamp.is_file() and stamp.read_text().strip() == STAMP
-    )
-
-
-def install_elastalert(settings: Settings, log: Path) -> None:
-    venv = venv_dir(settings)
-    settings.cache_dir.mkdir(parents=True, exist_ok=True)
-    python = sys.executable if sys.version_info < (3, 12) else "python3"
-    try:
-        run_logged([python, "-m", "venv", "--clear", str(venv)], log)
-        run_logged(
-            [
-                str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                f"elastalert2=={ELASTALERT_VERSION}", f"pytz=={PYTZ_VERSION}",
-            ],
-            log,
-        )  # fmt: skip
-    except InstallError as exc:
-        raise InstallError(f"could not install ElastAlert2 into {venv} ({exc}); see the log") from exc
-    (venv / "fleetsight.stamp").write_text(STAMP + "\n")
-
-
-ELASTALERT_INSTALL_STEP = InstallStep(
+ELASTALERT_INSTALL_STEP = ELASTALERT_VENV.install_step(
     name="elastalert",
     description=f"ElastAlert2 {ELASTALERT_VERSION} in its own venv (PyPI)",
     needed_by="elastalert, alerts from logs",
-    check=elastalert_present,
-    install=install_elastalert,
     eta="~40 s",
 )
 
 
 def elastalert_missing(settings: Settings) -> str | None:
-    if not elastalert_present(settings):
+    if not ELASTALERT_VENV.present(settings):
         return "not installed: ElastAlert2 (run `fleetsight setup`)"
     return None
 

@@ -16,6 +16,8 @@ from fleetsight import durations
 from fleetsight.logs import setup_logging
 from fleetsight.webconfig import uvicorn_tls, web_config_option
 
+from .jobs import DEFAULT_POD_LABEL_KEYS, pod_label_keys
+
 DEFAULT_LISTEN = "127.0.0.1:19140"
 
 
@@ -60,7 +62,11 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
 
 
 @cli.command(short_help="Run the service: flag stragglers every cycle, serve the API.")
-@reading_options("slurmrestd jobs URL (…/slurm/v0.0.40/jobs); without it, jobs come from the hpc_job label.")
+@reading_options(
+    "slurmrestd base URL (http://slurmrestd:6820: the newest API version it offers) or a versioned "
+    "jobs URL (…/slurm/v0.0.40/jobs); UNIX socket: FLEETSIGHT_SLURM_SOCKET, JWT: SLURM_JWT. Without it, "
+    "jobs come from the hpc_job label."
+)
 @click.option(
     "--listen", default=DEFAULT_LISTEN, show_default=True, help="HOST:PORT of the REST API and /metrics."
 )
@@ -71,6 +77,20 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
     help="Answer the API without a token (cluster network), or only to a token with scope `read` "
     "(FLEETSIGHT_ANOMALY_TOKENS='tok=read' or FLEETSIGHT_ANOMALY_TOKENS_FILE).",
 )
+@click.option(
+    "--job-pod-labels",
+    envvar="FLEETSIGHT_JOB_POD_LABELS",
+    default=",".join(DEFAULT_POD_LABEL_KEYS),
+    show_default=True,
+    help="On Kubernetes, the pod-label keys that name a GPU's training job, first match wins "
+    "(comma-separated, as the pods carry them; dcgm-exporter's sanitised form is matched).",
+)
+@click.option(
+    "--cluster",
+    envvar="FLEETSIGHT_CLUSTER",
+    default="",
+    help="`cluster` of the job-node series where the GPU series carry none.",
+)
 @web_config_option
 def serve(
     prometheus_url: str,
@@ -80,6 +100,8 @@ def serve(
     interval: float,
     window: str,
     step: str,
+    job_pod_labels: str,
+    cluster: str,
     web_config_file: str | None = None,
 ) -> None:
     """Run the service: read Prometheus every cycle, flag stragglers, serve /metrics and /v1/stragglers.
@@ -88,7 +110,7 @@ def serve(
     Examples:
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19090
       fleetsight anomaly serve --prometheus-url http://thanos-query:10902 \\
-          --slurm-url http://slurmrestd:6820/slurm/v0.0.40/jobs --listen 0.0.0.0:9140
+          --slurm-url http://slurmrestd:6820 --listen 0.0.0.0:9140
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19090 --interval 10 --window 20s
       fleetsight anomaly serve --prometheus-url http://thanos-query:10902 --token-reads \\
           --web.config.file /etc/fleetsight/web-config.yml    # TLS; Prometheus scrapes with a read token
@@ -113,7 +135,13 @@ def serve(
         raise click.BadParameter("must be positive", param_hint="--interval")
     tls = uvicorn_tls(web_config_file)
     config = ServiceConfig(
-        prometheus_url=prometheus_url, slurm_url=slurm_url, interval_s=interval, window=window, step=step
+        prometheus_url=prometheus_url,
+        slurm_url=slurm_url,
+        interval_s=interval,
+        window=window,
+        step=step,
+        pod_label_keys=pod_label_keys(job_pod_labels),
+        cluster=cluster,
     )
     service = AnomalyService(config)
     logging.getLogger("anomaly").info(

@@ -3,8 +3,21 @@ serves /metrics (scraped as job "anomaly", which the StragglerNode alert reads) 
 
 from __future__ import annotations
 
+import os
+
 from fleetsight.components import Component, fleetsight_command, http_ok, scrape_own_port
 from fleetsight.settings import Settings
+
+
+def env(settings: Settings) -> dict[str, str]:
+    """Flags and clears pushed to the stack's health service (anomaly/notify.py), with the token the
+    Alertmanager pair's webhook uses (written by alerting/component.py before the pair starts)."""
+    folder = os.environ.get("FLEETSIGHT_ALERTMANAGER_SECRETS_DIR")
+    secrets = os.path.expanduser(folder) if folder else str(settings.config_dir("alertmanager"))
+    return {
+        "FLEETSIGHT_ANOMALY_HEALTH_URL": settings.url("health"),
+        "FLEETSIGHT_ANOMALY_HEALTH_TOKEN_FILE": os.path.join(secrets, "health_events_token"),
+    }
 
 
 def command(settings: Settings) -> list[str]:
@@ -25,6 +38,7 @@ COMPONENTS = [
         name="anomaly",
         description="Anomaly service: straggler nodes of running jobs with cause and evidence",
         command=command,
+        env=env,
         ready=lambda s: http_ok(s.url("anomaly", "/healthz")),
         urls=lambda s: {
             "stragglers": s.url("anomaly", "/v1/stragglers"),

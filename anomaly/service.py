@@ -27,7 +27,10 @@ from prometheus_client.registry import Collector
 from fleetsight import auth
 
 from .detector import Detector, DetectorConfig, Event, Straggler
+from .jobs import JobIdentity, JobRef, pod_label_keys
+from .notify import HealthNotifier
 from .source import PrometheusSource, SourceError
+from .window import Window
 
 log = logging.getLogger("anomaly")
 
@@ -40,6 +43,28 @@ class ServiceConfig:
     window: str = "30s"
     step: str = "5s"
     detector: DetectorConfig = field(default_factory=DetectorConfig)
+    # Training-job controller pod-label keys, in order (anomaly/jobs.py; FLEETSIGHT_JOB_POD_LABELS).
+    pod_label_keys: tuple[str, ...] = field(default_factory=pod_label_keys)
+    cluster: str = ""  # the `cluster` of the job-node series where the GPU series carry none
+
+
+@dataclass(frozen=True)
+class JobNode:
+    """One (job, node) pair of a window, as ``fleetsight_job_node_info`` publishes it."""
+
+    cluster: str
+    node: str
+    job: JobRef
+
+
+def job_nodes(window: Window, cluster: str = "") -> list[JobNode]:
+    """Every (job, node) of the window; ``cluster`` fills in where the series carry none."""
+    out = []
+    for job, members in sorted(window.jobs.items()):
+        ref = window.job_refs.get(job) or JobRef(job, "")
+        for i in members:
+            out.append(JobNode(window.node_cluster.get(i) or cluster, window.nodes[i], ref))
+    return out
 
 
 def iso(unix: float) -> str:
@@ -56,6 +81,7 @@ class AnomalyService:
         self.source = source or PrometheusSource(
             config.prometheus_url, Queries(config.window, config.step), config.slurm_url
         )
+        self.source.identity = JobIdentity(tuple(config.pod_label_keys))
         self.detector = Detector(config.detector)
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -70,6 +96,8 @@ class AnomalyService:
         self.last_cycle: float | None = None
         self.last_duration = 0.0
         self.last_counts = (0, 0, 0)  # nodes, jobs, quiet jobs
+        self.job_nodes: list[JobNode] = []  # the last window's (job, node) pairs
+        self.notifier = HealthNotifier.from_env()  # flags and clears to the health service (optional)
 
     # ----------------------------------------------------------------------------- loop
     def start(self) -> None:
@@ -103,6 +131,8 @@ class AnomalyService:
         result = self.detector.step(window)
         for event in result.events:
             self._log_event(event)
+        if self.notifier is not None:
+            self.notifier.send(result.events)
         with self.lock:
             if self.source_up is False:
                 log.info(json.dumps({"event": "source_recovered", "url": self.config.prometheus_url}))
@@ -114,6 +144,7 @@ class AnomalyService:
             self.last_cycle = window.end
             self.last_duration = time.monotonic() - started
             self.last_counts = (len(window.nodes), len(window.jobs), result.quiet_jobs)
+            self.job_nodes = job_nodes(window, self.config.cluster)
             for event in result.events:
                 if event.kind == "flag":
                     cause = event.straggler.cause
@@ -161,6 +192,7 @@ class AnomalyService:
                     "slurm_url": self.config.slurm_url,
                     "slurm_up": self.source.slurm_up,
                     "slurm_error": self.source.slurm_error,
+                    "mode": self.source.mode_now,  # recorded (rules/anomaly.yml) or raw reductions
                 },
                 "cycles": self.cycles,
                 "cycle_errors": self.cycle_errors,
@@ -190,6 +222,8 @@ class ServiceCollector(Collector):
             cycles, errors = s.cycles, s.cycle_errors
             flags_total = dict(s.flags_total)
             duration, last = s.last_duration, s.last_cycle
+            pairs = list(s.job_nodes)
+        yield from job_families(pairs)
         score = GaugeMetricFamily(
             "fleetsight_straggler_score",
             "Robust z-score of the GPU's tensor activity above its job peers (own offset removed).",
@@ -211,6 +245,14 @@ class ServiceCollector(Collector):
             "1 when the last cycle read Prometheus/Thanos, 0 when it failed.",
             value=1.0 if up else 0.0,
         )
+        mode = GaugeMetricFamily(
+            "fleetsight_anomaly_source_mode",
+            "1 for how the last cycle read its window: recorded (rules/anomaly.yml) or raw reductions.",
+            labels=["mode"],
+        )
+        if s.source.mode_now:
+            mode.add_metric([s.source.mode_now], 1.0)
+        yield mode
         yield CounterMetricFamily("fleetsight_anomaly_cycles", "Detection cycles completed.", value=cycles)
         yield CounterMetricFamily(
             "fleetsight_anomaly_cycle_errors", "Cycles skipped because the source failed.", value=errors
@@ -229,6 +271,31 @@ class ServiceCollector(Collector):
             "End of the last window analysed (unix seconds).",
             value=last or 0.0,
         )
+
+
+def job_families(pairs: list[JobNode]) -> Iterator[GaugeMetricFamily]:
+    """The one job-to-node mapping every consumer joins on. The job id is in `hpc_job` because `job`
+    is Prometheus's scrape job; a node's jobs are also one series with their ids comma-joined, so a
+    rule or template can add them to an alert with a one-to-one match on the node."""
+    info = GaugeMetricFamily(
+        "fleetsight_job_node_info",
+        "1 for every node a running job holds: hpc_job is the job id (Slurm id, hpc_job label, or "
+        "<namespace>/<name> on Kubernetes), scheduler where it came from.",
+        labels=["cluster", "node", "hpc_job", "namespace", "scheduler"],
+    )
+    per_node: dict[tuple[str, str], set[str]] = {}
+    for pair in pairs:
+        info.add_metric([pair.cluster, pair.node, pair.job.id, pair.job.namespace, pair.job.scheduler], 1.0)
+        per_node.setdefault((pair.cluster, pair.node), set()).add(pair.job.id)
+    yield info
+    node_jobs = GaugeMetricFamily(
+        "fleetsight_node_jobs_info",
+        "1 for every node that runs at least one job; jobs: the sorted, comma-joined job ids.",
+        labels=["cluster", "node", "jobs"],
+    )
+    for (cluster, node), jobs in sorted(per_node.items()):
+        node_jobs.add_metric([cluster, node, ",".join(sorted(jobs))], 1.0)
+    yield node_jobs
 
 
 def create_app(
@@ -269,7 +336,10 @@ def create_app(
     def stragglers() -> dict[str, Any]:
         return {"stragglers": service.straggler_items(), "status": service.status()}
 
-    @app.get("/v1/jobs/{job_id}/stragglers", summary="The flagged stragglers of one job", dependencies=reader)
+    # `:path`: a Kubernetes job id is <namespace>/<name>.
+    @app.get(
+        "/v1/jobs/{job_id:path}/stragglers", summary="The flagged stragglers of one job", dependencies=reader
+    )
     def job_stragglers(job_id: str) -> dict[str, Any]:
         known = job_id in service.detector.jobs
         items = service.straggler_items(job_id)

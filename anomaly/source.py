@@ -4,11 +4,21 @@ configured, the scheduler's slurmrestd-style jobs list.
 Each cycle runs a handful of instant queries that reduce the last window on the server side (medians
 with ``quantile_over_time``, throttle-bit shares through a subquery, counter increases), so the
 service transfers one value per GPU and field whatever the scrape interval.
+
+Two modes (docs/anomaly.md, "Recorded window"): where every shard's Prometheus loads rules/anomaly.yml,
+those reductions are recording rules evaluated next to the data, and a cycle reads one small recorded
+vector per field (only the GPUs with a signal for the throttle shares and PCIe downgrades); elsewhere
+(rules not loaded, another window or step) it runs the raw reductions itself. Each cycle picks the mode
+from whether the recorded tensor-activity vector answers, so a fleet that loads the rules later
+switches by itself; the mode is logged when it changes and kept in ``PrometheusSource.mode_now``.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -16,7 +26,13 @@ from typing import Any
 
 import httpx
 
+from fleetsight.dcgm import promql_selector_any
+from fleetsight.slurmrest import SlurmRest, SlurmRestError, running_jobs
+from fleetsight.slurmrest import expand_hostlist as expand_hostlist  # importable from here, as before
+
+from .jobs import DEFAULT_POD_LABEL_KEYS, JobIdentity, from_series, merge, sanitize_label_name
 from .window import (
+    CLOCK_EVENTS,
     THROTTLE_HW_POWER_BRAKE,
     THROTTLE_HW_THERMAL,
     THROTTLE_SW_THERMAL,
@@ -24,10 +40,40 @@ from .window import (
 )
 
 NODE_LABELS = ("node", "Hostname", "hostname")
+log = logging.getLogger("anomaly")
 
 
 # The InfiniBand counters whose increase says a node's link is in trouble (the node agent's names).
 IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery")
+
+
+# The window and step rules/anomaly.yml records (the service's defaults): another --window or --step reads
+# the raw reductions, since the recorded ones summarise a different window.
+RECORDED_WINDOW = ("30s", "5s")
+# How old a recorded value may be: the group's interval (30 s: one evaluation per cycle) plus the time an
+# evaluation takes (the group's timestamp is its start; at 50,000 GPUs a shard on 2 cores took ~15 s).
+RECORDED_FRESH = "1m"
+# The labels a node's jobs, GPU model and cluster are read from (anomaly/jobs.py: hpc_job, else the first
+# listed pod label, with its namespace); the recorded per-GPU values carry only cluster, node and gpu.
+JOB_LABELS = (
+    "cluster",
+    "node",
+    "modelName",
+    "hpc_job",
+    "namespace",
+    *map(sanitize_label_name, DEFAULT_POD_LABEL_KEYS),
+)
+MODES = ("auto", "raw", "recorded")
+# One GPU's (node, gpu, value) and one node's (node, value), whichever mode read them.
+GpuValues = list[tuple[str, str, str]]
+NodeValues = list[tuple[str, str]]
+# A recorded field is ~100,000 samples labelled only gpu and node at 100,000 GPUs: decoded as JSON into
+# dicts it costs the service ~0.4 CPU-s per field, read straight off the bytes ~0.05. Prometheus and
+# Thanos write a vector's labels sorted, without spaces; any answer whose samples do not all match
+# (counted against its "metric" keys) is decoded as JSON instead.
+_SUCCESS = b'{"status":"success","data":{"resultType":"vector","result":['
+_GPU_SAMPLE = re.compile(rb'\{"metric":\{"gpu":"(\d+)","node":"([^"\\]*)"\},"value":\[[^\],]*,"([^"]*)"\]\}')
+_NODE_SAMPLE = re.compile(rb'\{"metric":\{"node":"([^"\\]*)"\},"value":\[[^\],]*,"([^"]*)"\]\}')
 
 
 class SourceError(RuntimeError):
@@ -42,22 +88,33 @@ class Queries:
     step: str = "5s"
 
     def gpu_fields(self) -> dict[str, str]:
-        w, s = self.window, self.step
-        throttle = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
-
-        def bit(value: int) -> str:
-            return f"(floor({throttle} / {value}) % 2)"
-
-        thermal = f"clamp_max({bit(THROTTLE_SW_THERMAL)} + {bit(THROTTLE_HW_THERMAL)}, 1)"
+        w = self.window
+        # The clock-event reasons under either name (the counters file decides which); max without
+        # __name__ makes a GPU seen under both one series, so its bits are not counted twice and the
+        # arithmetic below never meets two series with one label set (an error in Prometheus 2.x).
+        shares = self.throttle_shares(f"max without (__name__) ({promql_selector_any(CLOCK_EVENTS)})")
         return {
             "tensor": f"quantile_over_time(0.5, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE[{w}])",
             "power": f"quantile_over_time(0.5, DCGM_FI_DEV_POWER_USAGE[{w}])",
             "sm_clock": f"quantile_over_time(0.5, DCGM_FI_DEV_SM_CLOCK[{w}])",
             "util": f"quantile_over_time(0.5, DCGM_FI_DEV_GPU_UTIL[{w}])",
-            "brake": f"avg_over_time({bit(THROTTLE_HW_POWER_BRAKE)}[{w}:{s}])",
-            "thermal": f"avg_over_time({thermal}[{w}:{s}])",
+            **shares,
             "pcie_downgraded": 'max by (node, gpu) (fleetsight_pcie_link_downgraded{kind="gpu"})',
             "h2d_bandwidth": "max by (node, gpu) (fleetsight_pcie_host_to_device_bandwidth_bytes_per_second)",
+        }
+
+    def throttle_shares(self, reasons: str) -> dict[str, str]:
+        """The window's share of samples with the power-brake bit, and with a thermal bit (SW or HW),
+        of the clock-event reasons ``reasons`` (one series per GPU). The two thermal bits are adjacent
+        (0x20, 0x40): floor(x / 0x20) % 4 is non-zero when either is set: one selector and no join of
+        two vectors (at 50,000 GPUs a shard spent 17 s on the sum of two bit tests)."""
+        assert THROTTLE_HW_THERMAL == 2 * THROTTLE_SW_THERMAL  # the adjacency the thermal test uses
+        w, s = self.window, self.step
+        brake = f"floor({reasons} / {THROTTLE_HW_POWER_BRAKE}) % 2"
+        thermal = f"clamp_max(floor({reasons} / {THROTTLE_SW_THERMAL}) % 4, 1)"
+        return {
+            "brake": f"avg_over_time(({brake})[{w}:{s}])",
+            "thermal": f"avg_over_time(({thermal})[{w}:{s}])",
         }
 
     def node_fields(self) -> dict[str, str]:
@@ -74,9 +131,84 @@ class Queries:
             "ib_xmit_wait": f"sum by (node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))",
         }
 
+    # ------------------------------------------------------------------ the recorded window
+    @property
+    def recordable(self) -> bool:
+        """Whether rules/anomaly.yml records this window (its names say 30s; the step is in the rule)."""
+        return (self.window, self.step) == RECORDED_WINDOW
+
+    def record_names(self) -> dict[str, str]:
+        """Window field -> the recorded series that holds it (``job_labels``: the nodes' job labels)."""
+        w = self.window
+        return {
+            "tensor": f"gpu:dcgm_tensor_active:median{w}",
+            "power": f"gpu:dcgm_power_usage_watts:median{w}",
+            "sm_clock": f"gpu:dcgm_sm_clock_mhz:median{w}",
+            "util": f"gpu:dcgm_gpu_util_percent:median{w}",
+            "brake": f"gpu:dcgm_power_brake:share{w}",
+            "thermal": f"gpu:dcgm_thermal_throttle:share{w}",
+            "pcie_downgraded": "gpu:fleetsight_pcie_link_downgraded:max",
+            "h2d_bandwidth": "gpu:fleetsight_pcie_h2d_bandwidth_bytes_per_second:max",
+            "ib_errors": f"node:fleetsight_infiniband_port_errors:increase{w}",
+            "ib_xmit_wait": f"node:fleetsight_infiniband_port_xmit_wait:rate{w}",
+            "job_labels": f"node_job:dcgm_gpus:group{w}",
+        }
+
+    def recording_rules(self) -> dict[str, str]:
+        """Record name -> expression: the raw reductions above, one series per GPU (or node) with only
+        the labels the window reads. rules/anomaly.yml is this (tests/anomaly/test_anomaly_recorded.py)."""
+        names, gpu, w = self.record_names(), self.gpu_fields(), self.window
+        per_gpu = "max by (cluster, node, gpu)"
+        by = f"group by ({', '.join(JOB_LABELS)})"
+        # First in the group (its timestamp is the group's start, each rule's samples are written as
+        # it ends): the series the raw window takes its jobs from, tensor activity and power of the
+        # window. `or`, not one {__name__=~...} selector: the two would share one label set once counted.
+        exprs = {
+            names["job_labels"]: " or ".join(
+                f"{by} (count_over_time({metric}[{w}]))"
+                for metric in ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_POWER_USAGE")
+            )
+        }
+        exprs |= {names[k]: f"{per_gpu} ({gpu[k]})" for k in ("tensor", "power", "sm_clock", "util")}
+        exprs[names["pcie_downgraded"]] = f'{per_gpu} (fleetsight_pcie_link_downgraded{{kind="gpu"}})'
+        exprs[names["h2d_bandwidth"]] = (
+            f"{per_gpu} (fleetsight_pcie_host_to_device_bandwidth_bytes_per_second)"
+        )
+        exprs[names["ib_errors"]] = " + ".join(
+            f"sum by (cluster, node) (increase(fleetsight_infiniband_port_{counter}_total[{w}]))"
+            for counter in IB_ERROR_COUNTERS
+        )
+        exprs[names["ib_xmit_wait"]] = (
+            f"sum by (cluster, node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))"
+        )
+        # Last, the costliest (subqueries): the bits of one series per GPU, reduced to the record's
+        # labels before the subquery's steps rather than after them.
+        shares = self.throttle_shares(f"{per_gpu} ({promql_selector_any(CLOCK_EVENTS)})")
+        exprs |= {names[k]: v for k, v in shares.items()}
+        return exprs
+
+    def recorded_reads(self) -> dict[str, str]:
+        """Field -> what a cycle asks for in the recorded mode. ``last_over_time`` over RECORDED_FRESH:
+        a rule group that stopped (or a shard without the rules) reads as absent after it rather than
+        after Prometheus's 5-minute lookback, and Thanos fetches that much of the recorded series.
+        Throttle shares, downgrades and IB errors are 0 for nearly every GPU and node, and the window
+        starts at 0 there: only the others are sent (``> 0``, the same arrays)."""
+        sparse = {"brake", "thermal", "pcie_downgraded", "ib_errors", "ib_xmit_wait"}
+        node_keys = set(self.node_fields())
+        out = {}
+        for key, name in self.record_names().items():
+            fresh = f"last_over_time({name}[{RECORDED_FRESH}])"
+            if key != "job_labels":  # the values with node (and gpu) only: Thanos adds shard and cluster
+                fresh = f"max by ({'node' if key in node_keys else 'node, gpu'}) ({fresh})"
+            out[key] = f"{fresh} > 0" if key in sparse else fresh
+        return out
+
 
 class PrometheusSource:
     """Reads windows from a Prometheus-compatible HTTP API (``/api/v1/query``)."""
+
+    # How a GPU series names its job (anomaly/jobs.py); the service sets its configured key list.
+    identity: JobIdentity = JobIdentity()
 
     def __init__(
         self,
@@ -84,25 +216,53 @@ class PrometheusSource:
         queries: Queries | None = None,
         slurm_url: str | None = None,
         timeout: float = 10.0,
+        slurm_socket: str | None = None,
+        mode: str = "auto",
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.url = url.rstrip("/")
         self.queries = queries or Queries()
+        self.mode = mode  # auto: recorded where the rules answer, else raw; raw/recorded: forced (benches)
+        self.mode_now: str | None = None  # what the last read used
         self.slurm_url = slurm_url
         self.client = httpx.Client(timeout=timeout)
+        self.slurm = slurm_client(slurm_url, timeout, slurm_socket) if slurm_url else None
         self.slurm_up: bool | None = None
         self.slurm_error = ""
 
     def close(self) -> None:
         self.client.close()
+        if self.slurm is not None:
+            self.slurm.client.close()
 
     def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        return self._decode(self._get(promql, at))
+
+    def _get(self, promql: str, at: float | None) -> httpx.Response:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
         try:
-            response = self.client.get(f"{self.url}/api/v1/query", params=params)
+            return self.client.get(f"{self.url}/api/v1/query", params=params)
         except httpx.HTTPError as exc:
             raise SourceError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+
+    def query_values(self, promql: str, at: float, per_gpu: bool) -> GpuValues | NodeValues:
+        """A vector of (node, gpu, value) or (node, value), read off the answer's bytes when it is
+        shaped as Prometheus and Thanos write it (labels node and gpu only), else decoded as JSON."""
+        response = self._get(promql, at)
+        body = response.content
+        if response.status_code == 200 and body.startswith(_SUCCESS):
+            found = (_GPU_SAMPLE if per_gpu else _NODE_SAMPLE).findall(body)
+            if len(found) == body.count(b'"metric":'):
+                if per_gpu:
+                    return [(node.decode(), gpu.decode(), value.decode()) for gpu, node, value in found]
+                return [(node.decode(), value.decode()) for node, value in found]
+        samples = self._decode(response)
+        return gpu_values(samples) if per_gpu else node_values(samples)
+
+    def _decode(self, response: httpx.Response) -> list[dict[str, Any]]:
         try:
             body = response.json()
         except ValueError as exc:
@@ -115,21 +275,63 @@ class PrometheusSource:
         return data.get("result") or []
 
     def read(self, at: float | None = None) -> Window:
-        """One window ending at ``at`` (default: now)."""
+        """One window ending at ``at`` (default: now), from the recorded reductions where they answer."""
         end = at if at is not None else time.time()
+        results = self._read_recorded(end) if self.mode != "raw" and self._recordable() else None
+        if results is None:
+            if self.mode == "recorded":
+                raise SourceError(f"{self.url}: no recorded window ({self.queries.record_names()['tensor']})")
+            results = self._read_raw(end)
+        gpus, nodes, labels = results
+        return window_from_values(end, gpus, nodes, self.slurm_jobs(), self.identity, labels)
+
+    def _recordable(self) -> bool:
+        # The rules group on the default pod-label keys: a service told other keys reads the raw labels.
+        keys_recorded = set(self.identity.pod_label_keys) <= set(DEFAULT_POD_LABEL_KEYS)
+        return self.queries.recordable and keys_recorded
+
+    def _read_raw(self, end: float) -> tuple[dict[str, GpuValues], dict[str, NodeValues], list]:
         gpu_results = {key: self.query(q, end) for key, q in self.queries.gpu_fields().items()}
         node_results = {key: self.query(q, end) for key, q in self.queries.node_fields().items()}
-        slurm_jobs = self._slurm_jobs()
-        return build_window(end, gpu_results, node_results, slurm_jobs)
+        self._set_mode("raw", f"no recorded series {self.queries.record_names()['tensor']}")
+        return (
+            {key: gpu_values(samples) for key, samples in gpu_results.items()},
+            {key: node_values(samples) for key, samples in node_results.items()},
+            label_samples(gpu_results),
+        )
 
-    def _slurm_jobs(self) -> dict[str, list[str]] | None:
-        if not self.slurm_url:
+    def _read_recorded(self, end: float) -> tuple[dict[str, GpuValues], dict[str, NodeValues], list] | None:
+        """The recorded fields, or None when the tensor activity is not recorded (rules not loaded, or
+        series without a `node` label, which the rules aggregate on): the raw reductions then."""
+        reads = self.queries.recorded_reads()
+        tensor = self.query_values(reads.pop("tensor"), end, per_gpu=True)
+        if not any(node for node, _, _ in tensor):
+            return None
+        job_labels = self.query(reads.pop("job_labels"), end)
+        node_keys = set(self.queries.node_fields())
+        gpus: dict[str, GpuValues] = {"tensor": tensor}
+        nodes: dict[str, NodeValues] = {}
+        for key, promql in reads.items():
+            if key in node_keys:
+                nodes[key] = self.query_values(promql, end, per_gpu=False)
+            else:
+                gpus[key] = self.query_values(promql, end, per_gpu=True)
+        self._set_mode("recorded", f"recorded series {self.queries.record_names()['tensor']}")
+        return gpus, nodes, job_labels
+
+    def _set_mode(self, mode: str, reason: str) -> None:
+        """Log the mode when it changes (the first read included), so that a fleet's mode is on record."""
+        if mode != self.mode_now:
+            log.info(json.dumps({"event": "source_mode", "mode": mode, "reason": reason, "url": self.url}))
+        self.mode_now = mode
+
+    def slurm_jobs(self) -> dict[str, list[str]] | None:
+        """Job id -> nodes of the scheduler's running jobs; None without slurmrestd or when it fails."""
+        if self.slurm is None:
             return None
         try:
-            response = self.client.get(self.slurm_url)
-            response.raise_for_status()
-            jobs = running_jobs(response.json())
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            jobs = running_jobs(self.slurm.json("jobs"))
+        except (httpx.HTTPError, SlurmRestError, ValueError, KeyError, TypeError) as exc:
             self.slurm_up = False
             self.slurm_error = f"{type(exc).__name__}: {exc}"
             return None  # the hpc_job labels still say which GPUs run which job
@@ -150,109 +352,126 @@ def build_window(
     gpu_results: dict[str, list[dict[str, Any]]],
     node_results: dict[str, list[dict[str, Any]]],
     slurm_jobs: dict[str, list[str]] | None,
+    identity: JobIdentity | None = None,
 ) -> Window:
-    """Arrays from PromQL vectors. Jobs: the scheduler's list when there is one, else ``hpc_job``."""
-    nodes: set[str] = set()
-    gpus = 0
-    label_jobs: dict[str, set[str]] = {}
+    """Arrays from PromQL vectors (the raw queries' answers). Jobs: the scheduler's list where it has
+    one, else the GPUs' own labels (``hpc_job``, or a training-job controller's pod label:
+    anomaly/jobs.py) on the tensor and power series."""
+    gpus = {key: gpu_values(samples) for key, samples in gpu_results.items()}
+    nodes = {key: node_values(samples) for key, samples in node_results.items()}
+    return window_from_values(end, gpus, nodes, slurm_jobs, identity, label_samples(gpu_results))
+
+
+def gpu_values(samples: list[dict[str, Any]]) -> GpuValues:
+    """(node, gpu, value) of the samples that name a node (``node``, else ``Hostname``) and a GPU."""
+    out = []
+    for sample in samples:
+        labels = sample.get("metric", {})
+        node, gpu = _node(labels), str(labels.get("gpu", ""))
+        if node is not None and gpu.isdigit():
+            out.append((node, gpu, _text(sample)))
+    return out
+
+
+def node_values(samples: list[dict[str, Any]]) -> NodeValues:
+    out = []
+    for sample in samples:
+        node = _node(sample.get("metric", {}))
+        if node is not None:
+            out.append((node, _text(sample)))
+    return out
+
+
+def label_samples(gpu_results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The raw answers' samples that name a GPU's job, model and cluster: tensor and power's."""
+    samples = gpu_results.get("tensor", []) + gpu_results.get("power", [])
+    return [s for s in samples if str(s.get("metric", {}).get("gpu", "")).isdigit()]
+
+
+def window_from_values(
+    end: float,
+    gpu_fields: dict[str, GpuValues],
+    node_fields: dict[str, NodeValues],
+    slurm_jobs: dict[str, list[str]] | None,
+    identity: JobIdentity | None,
+    labelled: list[dict[str, Any]],
+) -> Window:
+    """The window of either mode: the nodes and GPUs are those with a tensor or power value; jobs,
+    models and clusters come from ``labelled`` (the raw tensor and power series, or the recorded job
+    labels, one series per node and job), on those nodes only."""
+    present = gpu_fields.get("tensor", []) + gpu_fields.get("power", [])
+    names = sorted({node for node, _, _ in present})
+    index = {name: i for i, name in enumerate(names)}
+    window = Window.empty(end, names, max((int(gpu) + 1 for _, gpu, _ in present), default=1))
+    for key, values in gpu_fields.items():
+        _fill_gpu_field(getattr(window, key), index, values, window.gpus)
+    for key, values in node_fields.items():
+        _fill_node_field(getattr(window, key), index, values)
+    series: list[tuple[str, dict[str, str]]] = []
     models: dict[str, str] = {}
-    for sample in gpu_results.get("tensor", []) + gpu_results.get("power", []):
+    clusters: dict[str, str] = {}
+    for sample in labelled:
         labels = sample.get("metric", {})
         node = _node(labels)
-        if node is None or not str(labels.get("gpu", "")).isdigit():
+        if node not in index:
             continue
-        nodes.add(node)
-        gpus = max(gpus, int(labels["gpu"]) + 1)
-        if labels.get("hpc_job"):
-            label_jobs.setdefault(labels["hpc_job"], set()).add(node)
+        series.append((node, labels))
         if labels.get("modelName"):
             models[node] = labels["modelName"]
-    names = sorted(nodes)
-    index = {name: i for i, name in enumerate(names)}
-    window = Window.empty(end, names, max(gpus, 1))
-    for key, results in gpu_results.items():
-        array = getattr(window, key)
-        for sample in results:
-            labels = sample.get("metric", {})
-            node, gpu = _node(labels), str(labels.get("gpu", ""))
-            if node not in index or not gpu.isdigit() or int(gpu) >= window.gpus:
-                continue
-            value = _value(sample)
-            if math.isfinite(value):
-                array[index[node], int(gpu)] = value
-    for key, results in node_results.items():
-        array = getattr(window, key)
-        for sample in results:
-            node = _node(sample.get("metric", {}))
-            if node in index:
-                value = _value(sample)
-                array[index[node]] = value if math.isfinite(value) else 0.0
-    source = slurm_jobs if slurm_jobs is not None else {j: sorted(n) for j, n in label_jobs.items()}
+        if labels.get("cluster"):
+            clusters[node] = labels["cluster"]
+    jobs = merge(slurm_jobs, from_series(identity or JobIdentity(), series))
     window.jobs = {
-        job: [index[n] for n in members if n in index]
-        for job, members in sorted(source.items())
+        job: [index[n] for n in sorted(members) if n in index]
+        for job, members in sorted(jobs.nodes.items())
         if any(n in index for n in members)
     }
+    window.job_refs = {job: jobs.refs[job] for job in window.jobs}
     window.gpu_model = {index[n]: m for n, m in models.items()}
+    window.node_cluster = {index[n]: c for n, c in clusters.items()}
     return window
 
 
-def _value(sample: dict[str, Any]) -> float:
+def _fill_gpu_field(array: Any, index: dict[str, int], values: GpuValues, gpus: int) -> None:
+    for node, gpu, text in values:
+        row, column = index.get(node), int(gpu)
+        if row is None or column >= gpus:
+            continue
+        value = _float(text)
+        if math.isfinite(value):
+            array[row, column] = value
+
+
+def _fill_node_field(array: Any, index: dict[str, int], values: NodeValues) -> None:
+    for node, text in values:
+        row = index.get(node)
+        if row is not None:
+            value = _float(text)
+            array[row] = value if math.isfinite(value) else 0.0
+
+
+def _text(sample: dict[str, Any]) -> str:
     try:
-        return float(sample["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
+        return str(sample["value"][1])
+    except (KeyError, IndexError, TypeError):
+        return "NaN"
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
         return math.nan
 
 
 # ----------------------------------------------------------------------------------- slurmrestd
-_RANGE = re.compile(r"^(\d+)-(\d+)$")
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host list (``n[0001-0003,0007],gpu-a1``) as names."""
-    names: list[str] = []
-    for part in _split_top(text):
-        if "[" not in part:
-            if part:
-                names.append(part)
-            continue
-        prefix, rest = part.split("[", 1)
-        body, _, suffix = rest.partition("]")
-        for item in body.split(","):
-            match = _RANGE.match(item)
-            if match:
-                first, last = match.groups()
-                width = len(first)
-                names.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(first), int(last) + 1))
-            elif item:
-                names.append(f"{prefix}{item}{suffix}")
-    return names
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas outside brackets."""
-    parts, depth, current = [], 0, ""
-    for char in text:
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return [p for p in parts if p]
-
-
-def running_jobs(body: dict[str, Any]) -> dict[str, list[str]]:
-    """Job id -> nodes of the RUNNING jobs of a slurmrestd ``/slurm/v0.0.40/jobs`` answer."""
-    out: dict[str, list[str]] = {}
-    for job in body["jobs"]:
-        states = job.get("job_state") or []
-        states = [states] if isinstance(states, str) else states
-        if "RUNNING" not in states or not job.get("nodes"):
-            continue
-        out[str(job["job_id"])] = expand_hostlist(str(job["nodes"]))
-    return out
+# The client and the job shapes of every API version live in the core (fleetsight.slurmrest): the
+# health service reads the same slurmrestd.
+def slurm_client(url: str, timeout: float, socket: str | None = None) -> SlurmRest:
+    """slurmrestd over TCP with a JWT (``SLURM_JWT``, rest_auth/jwt), or over its UNIX socket
+    (rest_auth/local; ``socket`` or ``FLEETSIGHT_SLURM_SOCKET``), as the health service reaches it."""
+    socket = socket or os.environ.get("FLEETSIGHT_SLURM_SOCKET") or None
+    token = os.environ.get("SLURM_JWT")
+    headers = {"X-SLURM-USER-TOKEN": token} if token else {}
+    transport = httpx.HTTPTransport(uds=socket) if socket else None
+    return SlurmRest(url, httpx.Client(timeout=timeout, headers=headers, transport=transport))

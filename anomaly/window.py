@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# dcgm-exporter's DCGM_FI_DEV_CLOCK_THROTTLE_REASONS bits (NVML clocksThrottleReasons).
+from .jobs import JobRef
+
+# The clock-event reasons field (id 112) as FleetSight's counters file names it; the legacy name
+# DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is read too (fleetsight.dcgm.names_of). Its bits (NVML
+# clocksEventReasons, formerly clocksThrottleReasons):
+CLOCK_EVENTS = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 THROTTLE_SW_POWER_CAP = 0x4
 THROTTLE_SW_THERMAL = 0x20
 THROTTLE_HW_THERMAL = 0x40
@@ -37,6 +42,10 @@ class Window:
     ib_xmit_wait: np.ndarray  # per node: port_xmit_wait ticks per second, summed over ports
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job id -> node indices
     gpu_model: dict[int, str] = field(default_factory=dict)  # node index -> GPU model name
+    # What each job id of ``jobs`` is (scheduler, namespace: anomaly/jobs.py) and the ``cluster`` label
+    # of each node's series where they carry one (a Thanos query adds it), for the job-node series.
+    job_refs: dict[str, JobRef] = field(default_factory=dict)
+    node_cluster: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, end: float, nodes: list[str], gpus: int) -> Window:

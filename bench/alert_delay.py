@@ -4,7 +4,9 @@ Starts a stack (Prometheus pair, Thanos, Alertmanager pair, Slack stand-in, node
 playing tests/metrics/alert_faults.yaml and its node agents, waits for each fault's first Slack
 message and, unless --no-resolved, for its resolved message, then prints one line per alert: the delay
 from the fault's onset to the first message, the messages per channel (one each is the promise of the
-HA pairs) and the delay from the fault's end to the resolved message. Stops the stack at the end.
+HA pairs) and the delay from the fault's end to the resolved message. The scenario says which faults to
+wait for; their onsets and ends are the twin's truth (read with twin.truth.load_faults as the twin
+writes each line, at the fault's onset). Stops the stack at the end.
 
     .venv/bin/python bench/alert_delay.py                 # ~4 minutes
     .venv/bin/python bench/alert_delay.py --resolved-timeout 900   # also wait for GPUFellOffBus to resolve
@@ -26,8 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests" / "metrics"), str(REPO / "tests")]
 
-from metrics_helpers import (  # noqa: E402 - the test helpers read the stand-in's record and the twin's faults
+from metrics_helpers import (  # noqa: E402 - the test helpers read the stand-in's record and the scenario
     COMPONENTS_DIR,
+    PlannedFault,
     about,
     per_channel,
     planned_faults,
@@ -36,6 +39,7 @@ from metrics_helpers import (  # noqa: E402 - the test helpers read the stand-in
 
 from fleetsight import registry  # noqa: E402
 from support import port_is_free  # noqa: E402
+from twin.truth import Fault, default_truth_path, load_faults  # noqa: E402
 
 STACK = ("e2e-twin", "e2e-agents", "node-exporter", "prometheus", "prometheus-b", "thanos-query")
 ALERT_OF_FAULT = {"psu_failure": "PSUFailed", "xid": "GPUFellOffBus"}
@@ -56,23 +60,38 @@ def wait_for(record: Path, alert: str, node: str, status: str, deadline: float) 
     return None
 
 
+def truth_of(truth: Path, planned: PlannedFault, deadline: float) -> Fault | None:
+    """The twin's truth line of a planned fault, once the twin has begun it."""
+    while time.time() < deadline:
+        found = [f for f in load_faults(truth) if (f.kind, f.node) == (planned.kind, planned.node)]
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    return None
+
+
 def measure(run_dir: Path, resolved_timeout: float) -> list[str]:
     record = run_dir / "data" / "slack-sink" / "messages.jsonl"
+    twin_out = run_dir / "data" / "e2e-twin"
     lines = []
-    for fault in planned_faults(run_dir / "data" / "e2e-twin"):
-        alert = ALERT_OF_FAULT[fault.kind]
-        fired = wait_for(record, alert, fault.node, "firing", fault.onset_unix + 300)
+    for planned in planned_faults(twin_out):
+        alert, node = ALERT_OF_FAULT[planned.kind], planned.node
+        fault = truth_of(default_truth_path(twin_out), planned, planned.onset_unix + 300)
+        if fault is None:
+            lines.append(f"{alert:14} {node}  not in the twin's truth within 300 s of its planned onset")
+            continue
+        fired = wait_for(record, alert, node, "firing", fault.onset + 300)
         if fired is None:
-            lines.append(f"{alert:14} {fault.node}  no message within 300 s of onset")
+            lines.append(f"{alert:14} {node}  no message within 300 s of onset")
             continue
         resolved = None
-        if fault.end_unix < fired + resolved_timeout:
-            resolved = wait_for(record, alert, fault.node, "resolved", fault.end_unix + resolved_timeout)
+        if fault.end < fired + resolved_timeout:
+            resolved = wait_for(record, alert, node, "resolved", fault.end + resolved_timeout)
         time.sleep(15)  # the window in which a duplicate would arrive
-        channels = per_channel(about(slack_messages(record), alert, fault.node, "firing"))
-        resolved_text = f"{resolved - fault.end_unix:6.1f} s" if resolved else "   not within the wait"
+        channels = per_channel(about(slack_messages(record), alert, node, "firing"))
+        resolved_text = f"{resolved - fault.end:6.1f} s" if resolved else "   not within the wait"
         lines.append(
-            f"{alert:14} {fault.node}  onset->Slack {fired - fault.onset_unix:6.1f} s   "
+            f"{alert:14} {node}  onset->Slack {fired - fault.onset:6.1f} s   "
             f"end->resolved {resolved_text}   messages per channel {channels}"
         )
         print(lines[-1], flush=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twin import render
+from twin import dcgm, render
 from twin.runner import Runner, RunOptions
 from twin.scenario import from_dict
 
@@ -97,7 +97,7 @@ def served_one_core(nodes: int, ticks: int, out: Path) -> None:
         writer.write_state()
         writer.flush_logs()
         for index in range(len(sim.nodes)):  # Prometheus scrapes every node once per tick
-            render.dcgm_metrics(sim, index)
+            dcgm.metrics(sim, index)
             render.power(sim, index)
         render.ufm_ports(sim)
         render.slurm_jobs(sim)

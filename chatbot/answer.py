@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from .embed import shared_encoder
 from .index import DocIndex, Hit, Section, default_sources, tokens
 from .live import LiveContext, LiveSources, find_jobs, find_nodes, gather
 from .llm import LLMConfig, LLMError, ask_llm, injected
+from .scope import NOT_COVERED_MARGIN, Scope
 
 log = logging.getLogger("chatbot.answer")
 
@@ -81,6 +83,8 @@ SYMPTOMS = {
     "inter": "infiniband network port rate",
     "memcpy": "host device bandwidth pcie",
     "cudamemcpy": "host device bandwidth pcie",
+    "util": "utilisation",  # nvidia-smi's "GPU-Util"
+    "allreduce": "all reduce",
 }
 SYNONYMS = {token: words for key, words in SYMPTOMS.items() for token in tokens(key)[:1]}
 # Runbooks are the answers; the other docs explain FleetSight itself and rank after them.
@@ -166,6 +170,9 @@ class ChatConfig:
     dense_weight: float = DENSE_WEIGHT
     decline_dense_weight: float = DECLINE_DENSE_WEIGHT
     hybrid_min_score: float = HYBRID_MIN_SCORE
+    # Dense and hybrid: decline a question closer to a near-domain topic the docs do not cover than to
+    # any runbook section by more than this (chatbot/scope.py); None: no such check.
+    not_covered_margin: float | None = NOT_COVERED_MARGIN
     # Secrets the service holds besides the model's key and the health token (its API tokens, Slack's
     # signing secret): an answer that contains one is refused (chatbot/llm.py).
     withheld: tuple[str, ...] = field(default=(), repr=False)
@@ -253,6 +260,7 @@ class Answerer:
     def __init__(self, config: ChatConfig) -> None:
         self.config = config
         self.index = DocIndex(config.source_paths(), config.repo_root, dense=config.mode != "lexical")
+        self.scope = Scope()
 
     def check_question(self, question: str) -> str:
         question = question.strip()
@@ -284,7 +292,9 @@ class Answerer:
             hits = sorted(weighed, key=lambda h: -h.score)
             return hits, bool(hits) and hits[0].score / self.index.max_idf >= self.config.min_score
         sections = self.index.sections
-        cosine = self.index.similarities(words)
+        vector = shared_encoder().encode([words])[0]
+        cosine = self.index.similarities(words, vector)
+        covered = self.covered(vector, cosine)
         if self.config.mode == "dense":
             scores, relevant = cosine, cosine.max(initial=0.0) >= self.config.dense_min_score
         else:
@@ -300,7 +310,18 @@ class Answerer:
         order = np.argsort(-scores, kind="stable")[:SEARCH_DEPTH]
         lexical_part = lexical if self.config.mode == "hybrid" else scores
         hits = [Hit(sections[i], float(scores[i]), float(lexical_part[i])) for i in order if scores[i] > 0]
-        return hits, bool(relevant)
+        return hits, bool(relevant) and covered
+
+    def covered(self, vector: np.ndarray, cosine: np.ndarray) -> bool:
+        """False when the question is about a near-domain topic the docs do not cover (a training
+        recipe, a model format): its words can still clear the score threshold (chatbot/scope.py)."""
+        margin = self.config.not_covered_margin
+        if margin is None:
+            return True
+        topic = self.scope.uncovered(vector, float(cosine.max(initial=0.0)), margin)
+        if topic is not None:
+            log.info("event=not_covered topic=%r", topic.split(":")[0])
+        return topic is None
 
     def answer(self, question: str, live: bool = True) -> Answer:
         started = time.perf_counter()

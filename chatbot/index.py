@@ -368,14 +368,15 @@ class DocIndex:
         out[found[0]] = scores[0]
         return out
 
-    def similarities(self, question: str) -> np.ndarray:
-        """Cosine of the question with every section (0 for sections that are not embedded)."""
+    def similarities(self, question: str, vector: np.ndarray | None = None) -> np.ndarray:
+        """Cosine of the question with every section (0 for sections that are not embedded); ``vector``:
+        the question already encoded (the caller needs it for more than this)."""
         self.refresh()
         with self._lock:
             vectors, rows, count = self._vectors, self._runbook_rows, len(self.sections)
         out = np.zeros(count, dtype=np.float32)
         if rows:
-            out[rows] = vectors @ shared_encoder().encode([question])[0]
+            out[rows] = vectors @ (shared_encoder().encode([question])[0] if vector is None else vector)
         return out
 
     def section(self, file: str, heading: str) -> Section | None:

@@ -4,6 +4,8 @@ Sources (each optional, each reached over HTTP as in production):
 
 - health service ``GET {health}/v1/nodes/{node}`` ->
   ``{"node", "state", "since", "reasons": [{"signal", "source", "since", "summary", "runbook", "evidence"}]}``
+- health service ``GET {health}/v1/jobs/{job}/faults`` -> ``{"faults": [{"alertname", "nodes",
+  "summary", "runbook", "active", "first_seen", "last_seen", ...}]}`` (404: no such job in the window)
 - anomaly service ``GET {anomaly}/v1/jobs/{job}/stragglers`` ->
   ``{"hpc_job", "stragglers": [{"node", "cause", "gpu", "score", "since" (ISO), "evidence"}]}``
   (404: the job is not running)
@@ -33,9 +35,14 @@ DEFAULT_NODE_PATTERN = (
     r"\b(?:n\d{3,6}|(?:[a-z][a-z0-9]*-)+\d{1,6}|(?:node|host|dgx|gpu)\d{1,6})\b"
     r"|(?<=\bnode )[a-z0-9][a-z0-9-]*\d[a-z0-9-]*\b|(?<=\bhost )[a-z0-9][a-z0-9-]*\d[a-z0-9-]*\b"
 )
+# A Slurm id (4711, an array task 12345_7) or a Kubernetes one, <namespace>/<name> as the anomaly
+# service names it (namespace and name are DNS labels), after the word "job".
 JOB_PATTERN = re.compile(
-    r"\bjob(?:[ _-]?id)?\s*(?:#|:|=|no\.?|number)?\s*(\d{1,12}(?:_\d+)?)\b", re.IGNORECASE
+    r"\bjob(?:[ _-]?id)?\s*(?:#|:|=|no\.?|number)?\s*"
+    r"(\d{1,12}(?:_\d+)?|[a-z0-9](?:[a-z0-9-]{0,62})/[a-z0-9](?:[a-z0-9.-]{0,252}[a-z0-9])?)(?![\w/-])",
+    re.IGNORECASE,
 )
+MAX_FAULTS = 5  # a job's faults shown as evidence, active ones first
 # Words that look like node names but are not (hardware and software names with digits).
 NOT_NODES = re.compile(
     r"^(?:xid|sxid|gen|pcie|x|hdr|ndr|h|a|b|sm|fp|bf|int|cuda|nccl|psu|gpu|port|step)-?\d+$"
@@ -189,6 +196,36 @@ def job_stragglers(client: httpx.Client, sources: LiveSources, job: str, context
     return nodes
 
 
+def job_faults(client: httpx.Client, sources: LiveSources, job: str, context: LiveContext) -> list[str]:
+    """Adds the faults that touched the job (the health service's job faults) as evidence, each with
+    the runbook its alert names; returns the nodes of the active ones."""
+    url = f"{sources.health_url}/v1/jobs/{quote(job, safe='')}/faults"
+    headers = {"Authorization": f"Bearer {sources.health_token}"} if sources.health_token else {}
+    response = client.get(url, headers=headers)
+    if response.status_code == 404:
+        context.notes.append(f"health service: no job {job} in its window")
+        return []
+    if not response.is_success:
+        context.notes.append(f"health service answered HTTP {response.status_code} for job {job}'s faults")
+        return []
+    faults = sorted(response.json().get("faults", []), key=lambda f: not f.get("active"))
+    if not faults:
+        window = response.json().get("window", "")
+        context.evidence.append(
+            Evidence("health", url, f"job {job}", f"job {job}: no fault in the last {window}")
+        )
+    for fault in faults[:MAX_FAULTS]:
+        context.evidence.append(fault_evidence(url, job, fault))
+    return [n for f in faults if f.get("active") for n in f.get("nodes", [])]
+
+
+def fault_evidence(url: str, job: str, fault: dict[str, Any]) -> Evidence:
+    when = "firing" if fault.get("active") else f"resolved {fault.get('last_seen')}"
+    summary = f"job {job}: {fault.get('summary') or fault.get('alertname')} ({when})"
+    runbook = str(fault.get("runbook") or "") or None
+    return Evidence("health", url, f"job {job}", summary, fault.get("first_seen"), runbook)
+
+
 def log_query(node: str) -> dict[str, Any]:
     return {
         "size": 5,
@@ -265,6 +302,10 @@ def gather(question: str, sources: LiveSources) -> LiveContext:
 
     client = shared_client(sources.timeout_s)
     for job in context.jobs:
+        hit = ask("health service", sources.health_url, lambda: job_faults(client, sources, job, context))  # noqa: B023
+        for node in hit or []:
+            if node not in context.nodes:
+                context.nodes.append(node)
         flagged = ask(
             "anomaly service",
             sources.anomaly_url,

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleetsight.dcgm import promql_selector_any
+
 PROMETHEUS = "thanos"  # datasource uid (dashboards/provisioning/datasources/thanos.yml)
 LOGS = "logs"  # datasource uid (dashboards/provisioning/datasources/logs.yml)
 RUNBOOKS = "https://github.com/fleetsight/fleetsight/blob/main/docs/runbooks"
-# PromQL has no bitwise operators: bit b of the throttle reasons is floor(x / b) % 2.
-POWER_BRAKE = "floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 128) % 2 == 1"
-THERMAL = "(floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 32) % 2 + floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 64) % 2) > 0"
+# The clock-event reasons (field 112) under its current or legacy name, whichever the counters file
+# publishes; `max without (__name__)` makes a GPU seen under both one series (counted once).
+CLOCK_EVENTS = f"max without (__name__) ({promql_selector_any('DCGM_FI_DEV_CLOCKS_EVENT_REASONS')})"
+# PromQL has no bitwise operators: bit b of the clock-event reasons is floor(x / b) % 2.
+POWER_BRAKE = f"floor({CLOCK_EVENTS} / 128) % 2 == 1"
+THERMAL = f"(floor({CLOCK_EVENTS} / 32) % 2 + floor({CLOCK_EVENTS} / 64) % 2) > 0"
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,12 @@ def q(expr: str, legend: str = "", instant: bool = False) -> Query:
 
 
 JOB = 'hpc_job="$hpc_job"'
-JOB_NODES = f"max by (node) (DCGM_FI_DEV_POWER_USAGE{{{JOB}}})"
+# The job's nodes from the one job identity: node:hpc_job:current (rules/recording.yml) is the anomaly
+# service's fleetsight_job_node_info (Slurm, hpc_job or Kubernetes pod labels), and dcgm-exporter's hpc_job
+# label where that service publishes nothing (a Slurm fleet without it, a backfilled history).
+JOB_NODES = f"max by (node) (node:hpc_job:current{{{JOB}}})"
+# ... and every node the job held during the dashboard's range: a node the job lost to a fault still counts.
+JOB_NODES_IN_RANGE = f"max by (node) (max_over_time(node:hpc_job:current{{{JOB}}}[$__range]))"
 NODE = 'node="$node"'
 
 MY_JOB = Dashboard(
@@ -86,7 +96,7 @@ MY_JOB = Dashboard(
     title="FleetSight: my job",
     persona="researcher",
     question="Is my job healthy, and if it is slow, which node slows it and why?",
-    variables=(Variable("hpc_job", "Job", "label_values(DCGM_FI_DEV_POWER_USAGE, hpc_job)"),),
+    variables=(Variable("hpc_job", "Job", "label_values(node:hpc_job:current, hpc_job)"),),
     rows=(
         Row(
             "Who sets the pace",
@@ -94,7 +104,7 @@ MY_JOB = Dashboard(
                 Panel(
                     "GPU power per node (a straggler is the one that stays high)",
                     "heatmap",
-                    (q(f"avg by (node) (DCGM_FI_DEV_POWER_USAGE{{{JOB}}})", "{{node}}"),),
+                    (q(f"avg by (node) (DCGM_FI_DEV_POWER_USAGE and on (node) {JOB_NODES})", "{{node}}"),),
                     unit="watt",
                     description="Each row is a node of the job. In a synchronous job the slow node keeps "
                     "working while its peers wait, so its power stays up while theirs falls.",
@@ -102,7 +112,12 @@ MY_JOB = Dashboard(
                 Panel(
                     "Tensor-core activity per node",
                     "heatmap",
-                    (q(f"avg by (node) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{JOB}}})", "{{node}}"),),
+                    (
+                        q(
+                            f"avg by (node) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and on (node) {JOB_NODES})",
+                            "{{node}}",
+                        ),
+                    ),
                     unit="percentunit",
                 ),
                 Panel(
@@ -110,8 +125,8 @@ MY_JOB = Dashboard(
                     "statushistory",
                     (
                         q(
-                            f"avg(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{JOB}}}) "
-                            f"< bool 0.3 * avg(avg_over_time(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{JOB}}}[30m]))",
+                            f"avg(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and on (node) {JOB_NODES}) < bool 0.3 * "
+                            f"avg(avg_over_time(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE[30m]) and on (node) {JOB_NODES})",
                             "idle",
                         ),
                     ),
@@ -176,6 +191,24 @@ MY_JOB = Dashboard(
                     "table",
                     (q(f'ALERTS{{alertstate="firing"}} and on (node) {JOB_NODES}', instant=True),),
                     link=RUNBOOKS + "/${__data.fields.alertname}.md",
+                ),
+                Panel(
+                    "The job's faults over the range (firing and resolved)",
+                    "table",
+                    (
+                        q(
+                            "max by (alertname, severity, node, gpu, device, port, switch, switch_port) "
+                            '(max_over_time(ALERTS{alertstate="firing"}[$__range])) '
+                            f"and on (node) {JOB_NODES_IN_RANGE}",
+                            instant=True,
+                        ),
+                    ),
+                    description="Every alert that fired on a node of the job during the dashboard's range, "
+                    "resolved ones included: GPU, node and InfiniBand (a leaf-switch port names the host "
+                    "behind it). The same list with first/last seen and evidence: the health API's "
+                    "GET /v1/jobs/<job>/faults.",
+                    link=RUNBOOKS + "/${__data.fields.alertname}.md",
+                    width=24,
                 ),
                 Panel(
                     "Xids on the job's nodes",
@@ -396,9 +429,14 @@ NODE_DRILLDOWN = Dashboard(
                     width=8,
                 ),
                 Panel(
-                    "Clock throttle reasons (bitmask)",
+                    "Clock event (throttle) reasons (bitmask)",
                     "statushistory",
-                    (q(f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{{NODE}}}", "GPU {{gpu}}"),),
+                    (
+                        q(
+                            f"max without (__name__) ({promql_selector_any('DCGM_FI_DEV_CLOCKS_EVENT_REASONS', NODE)})",
+                            "GPU {{gpu}}",
+                        ),
+                    ),
                 ),
                 Panel(
                     "Xids",

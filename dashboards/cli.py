@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 import time
+from pathlib import Path
 
 import click
-import httpx
 
 from fleetsight.settings import Settings
 
-from . import build, catalog, grafana_verify, verify
+from . import build, catalog, verify
 
 
 @click.group()
@@ -75,104 +73,77 @@ def list_command() -> None:
 @cli.command("verify")
 @click.option("--prometheus", "prometheus_url", default=None, help="Prometheus or Thanos query URL.")
 @click.option(
-    "--grafana",
-    "grafana_url",
+    "--logs",
+    "logs_url",
     default=None,
-    help="Check through this Grafana instead: folders, stored JSON, every target via /api/ds/query.",
+    help="OpenSearch/Elasticsearch URL for the logs panels (skipped without it).",
 )
 @click.option("--window", type=float, default=3600.0, show_default=True, help="Seconds queried, ending --at.")
 @click.option(
-    "--offline-datasource",
-    "offline",
+    "--var",
+    "variables",
     multiple=True,
-    metavar="UID",
-    help="With --grafana: a datasource not running here; its targets are reported empty, not queried.",
+    metavar="NAME=VALUE[,VALUE]",
+    help="A dashboard variable; several values (comma-separated) for a multi-value one.",
 )
-@click.option(
-    "--min-interval",
-    default="",
-    help="With --grafana: each target's min interval (the sparsest scrape, e.g. 60s for a backfill).",
-)
-@click.option(
-    "--may-be-absent",
-    default="",
-    metavar="REGEX",
-    help="With --grafana: metrics this stack does not write (a backfill has no live services' series); "
-    "any other metric that no series ever had is an error.",
-)
-@click.option("--var", "variables", multiple=True, metavar="NAME=VALUE", help="A dashboard variable.")
 @click.option("--at", type=float, default=None, help="Unix time to evaluate at (default: now).")
+@click.option(
+    "--dir",
+    "folder",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="A folder of dashboard JSON to check instead of the committed files (e.g. an edited copy).",
+)
 @click.option("--types/--no-types", default=True, help="Also type-check the JSON with tsc.")
 def verify_command(
     prometheus_url: str | None,
-    grafana_url: str | None,
+    logs_url: str | None,
     window: float,
-    offline: tuple[str, ...],
-    min_interval: str,
-    may_be_absent: str,
     variables: tuple[str, ...],
     at: float | None,
+    folder: Path | None,
     types: bool,
 ) -> None:
-    """Run every panel's PromQL against a real Prometheus and type-check the JSON against @grafana/schema.
+    """Run every panel target of the committed JSON as Grafana would send it (its documented macros and
+    variable formats: dashboards/templating.py) against a real Prometheus, and the logs panels against
+    OpenSearch/Elasticsearch; type-check the JSON against @grafana/schema.
 
-    Exits 1 when a query is refused or the types do not check; queries that return no series are listed
-    (a panel over a fault that has not happened is empty, which is not an error).
+    Exits 1 when a query is refused, a datasource uid is not provisioned, or the types do not check;
+    queries that return no series are listed (a panel over a fault that has not happened is empty, which
+    is not an error).
 
     \b
     Examples:
       fleetsight dashboards verify --var hpc_job=4101 --var node=n0001
-      fleetsight dashboards verify --prometheus http://thanos:10902 --no-types
-      fleetsight dashboards verify --grafana http://127.0.0.1:19145 --offline-datasource logs
-
-    With --grafana, Grafana's admin login is read from GRAFANA_USER and GRAFANA_PASSWORD when set.
+      fleetsight dashboards verify --prometheus http://thanos:10902 --logs http://127.0.0.1:9200 --no-types
     """
-    if grafana_url:
-        verify_with_grafana(grafana_url, window, offline, min_interval, may_be_absent, at)
-        return
     settings = Settings()
     url = prometheus_url or settings.url("prometheus")
-    values = dict(v.split("=", 1) for v in variables)
-    for spec in catalog.DASHBOARDS:
-        for variable in spec.variables:
-            if variable.constant:
-                values.setdefault(variable.name, variable.query)
-    results = verify.run_queries(url, values, at or time.time())
-    failed = [r for r in results if r.error]
-    empty = [r for r in results if not r.error and r.series == 0]
-    for result in failed:
-        click.echo(f"REFUSED {result.dashboard} / {result.panel}: {result.error}\n    {result.expr}")
-    for result in empty:
-        click.echo(f"empty   {result.dashboard} / {result.panel}")
-    click.echo(
-        f"{len(results)} queries: {len(results) - len(failed) - len(empty)} with data, "
-        f"{len(empty)} empty, {len(failed)} refused"
+    values = {name: value.split(",") if "," in value else value
+              for name, value in (v.split("=", 1) for v in variables)}  # fmt: skip
+    results = verify.run_queries(
+        url, values, at or time.time(), int(window), logs_url, folder or build.OUTPUT_DIR
     )
-    ok = not failed
+    click.echo(report(results))
+    ok = not any(r.error for r in results)
     if types:
-        typed, output = verify.typecheck(settings)
+        typed, output = verify.typecheck(settings, folder)
         click.echo("types: ok" if typed else f"types: FAILED\n{output}")
         ok = ok and typed
     sys.exit(0 if ok else 1)
 
 
-def verify_with_grafana(
-    url: str, window: float, offline: tuple[str, ...], min_interval: str, absent: str, at: float | None
-) -> None:
-    """Print the per-dashboard table; exit 1 on any error (listing, round-trip, refused query)."""
-    end = at or time.time()
-    user, password = os.environ.get("GRAFANA_USER", "admin"), os.environ.get("GRAFANA_PASSWORD")
-    try:
-        checks = grafana_verify.verify(
-            url,
-            end - window,
-            end,
-            offline,
-            min_interval,
-            (user, password) if password else None,
-            re.compile(absent) if absent else None,
-        )
-    except httpx.HTTPError as error:
-        raise click.ClickException(f"Grafana at {url} did not answer: {error}") from error
-    click.echo(grafana_verify.table(checks))
-    sys.exit(1 if any(check.failed for check in checks) else 0)
+def report(results: list[verify.QueryResult]) -> str:
+    """One line per refused, skipped or empty target, then the counts."""
+    failed = [r for r in results if r.error]
+    skipped = [r for r in results if r.skipped]
+    empty = [r for r in results if not r.error and not r.skipped and r.series == 0]
+    lines = [f"REFUSED {r.dashboard} / {r.panel}: {r.error}\n    {r.expr}" for r in failed]
+    lines += [f"skipped {r.dashboard} / {r.panel}: {r.skipped}" for r in skipped]
+    lines += [f"empty   {r.dashboard} / {r.panel}" for r in empty]
+    with_data = len(results) - len(failed) - len(skipped) - len(empty)
+    lines.append(
+        f"{len(results)} queries: {with_data} with data, {len(empty)} empty, "
+        f"{len(skipped)} skipped, {len(failed)} refused"
+    )
+    return "\n".join(lines)

@@ -23,17 +23,24 @@ from typing import Any
 
 import httpx
 
+from fleetsight.dcgm import promql_selector_any
 from fleetsight.xid_catalog import lookup
 
 STEP_S = 60
 MIN_COVERAGE = 0.5  # a period with less data than this is not compared against
 MIN_EPISODE_S = 180  # shorter runs are noise (a throttle blip, a missed scrape), not failures
+CLOCK_EVENTS = promql_selector_any("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 # Fire-Flyer's taxonomy: GPU (by Xid class), network, storage, host, power.
 SIGNALS: dict[str, str] = {
-    "xid": "max by (node) (DCGM_FI_DEV_XID_ERRORS)",
-    "power": "max by (node) (floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 128) % 2)",
-    "thermal": "max by (node) ((floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 32) % 2"
-    " + floor(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / 64) % 2) > bool 0)",
+    # dcgm-exporter 3.x: the last Xid; 4.x: one series per code (err_code="0", value 0, without one).
+    # In 4.x a reset GPU's code series stops and the err_code="0" one returns: read the last minute's
+    # samples only, or the stopped series would live on for the 5-minute lookback (as "present" below).
+    "xid": f"max by (node) (last_over_time({promql_selector_any('DCGM_FI_DEV_XID_ERRORS')}[1m]))",
+    # The clock-event reasons under either name (the counters file decides); max by (node) first, so
+    # a GPU under both names is one series before the bit arithmetic.
+    "power": f"max by (node) (floor(max by (node, gpu) ({CLOCK_EVENTS}) / 128) % 2)",
+    "thermal": f"max by (node) ((floor(max by (node, gpu) ({CLOCK_EVENTS}) / 32) % 2"
+    f" + floor(max by (node, gpu) ({CLOCK_EVENTS}) / 64) % 2) > bool 0)",
     "row_remap": "max by (node) (DCGM_FI_DEV_ROW_REMAP_PENDING > bool 0)",
     # One count per GPU: with hpc_job on the series, a job change briefly shows two series per GPU.
     # Samples of the last minute, not the latest one: a series that stops without a staleness marker

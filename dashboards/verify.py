@@ -1,21 +1,31 @@
-"""Checks the dashboards without Grafana: every PromQL query against a real Prometheus, and the JSON
-against Grafana's own TypeScript types (`@grafana/schema`, compiled by `tsc --strict`)."""
+"""Checks the dashboards without Grafana: every panel target of the committed JSON (what Grafana
+provisions) run by the project's own runner against the real Prometheus and, for the logs panels, the real
+OpenSearch/Elasticsearch, with Grafana's documented macro and variable semantics (dashboards/templating.py);
+and the JSON against Grafana's own TypeScript types (`@grafana/schema`, compiled by `tsc --strict`)."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
+import yaml
 
+from fleetsight.durations import seconds
 from fleetsight.settings import Settings
 
-from . import build, catalog
+from . import build, catalog, templating
 from .npm import npm_dir, tsc_path
+
+PROVISIONING = Path(__file__).resolve().parent / "provisioning"
+# Grafana's default max data points is the panel's width in pixels: about this for a full-width panel.
+MAX_DATA_POINTS = 1000
+Choice = str | list[str] | tuple[str, ...] | templating.Selected
 
 
 @dataclass(frozen=True)
@@ -25,38 +35,177 @@ class QueryResult:
     expr: str
     series: int
     error: str = ""
+    datasource: str = catalog.PROMETHEUS
+    skipped: str = ""  # why the target was not run (a datasource not given)
 
 
-def substitute(expr: str, variables: dict[str, str], range_s: int) -> str:
-    """Grafana's variables replaced as Grafana would before sending the query."""
-    values = {
-        "__rate_interval": "1m",
-        "__interval": "1m",
-        "__range": f"{range_s}s",
-        "__range_s": str(range_s),
-        **variables,
+@dataclass(frozen=True)
+class Target:
+    dashboard: str
+    panel: str
+    uid: str
+    body: dict[str, Any]
+
+
+def datasources(folder: Path = PROVISIONING / "datasources") -> dict[str, dict[str, Any]]:
+    """Every provisioned datasource by uid (the files docker-compose.yml and any Grafana provision)."""
+    found = {}
+    for path in sorted(folder.glob("*.yml")):
+        for source in yaml.safe_load(path.read_text()).get("datasources", []):
+            found[source["uid"]] = source
+    return found
+
+
+def scrape_interval_s(source: Mapping[str, Any]) -> float:
+    """The Prometheus datasource's scrape interval (`timeInterval`; Grafana's default is 15 s)."""
+    return seconds(source.get("jsonData", {}).get("timeInterval", "15s"))
+
+
+def dashboard_files(folder: Path = build.OUTPUT_DIR) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def targets(dashboard: dict[str, Any]) -> Iterator[Target]:
+    """Each target of each panel, with the datasource uid Grafana would use (the target's, else the
+    panel's)."""
+    for panel in dashboard.get("panels", []):
+        for body in panel.get("targets", []):
+            source = body.get("datasource") or panel.get("datasource") or {}
+            yield Target(dashboard.get("uid", "?"), panel.get("title", "?"), source.get("uid", ""), body)
+
+
+def variable_values(
+    dashboard: dict[str, Any], chosen: Mapping[str, Choice]
+) -> dict[str, templating.Selected]:
+    """The dashboard's variables: constants at their value, the others at the choice given (formatted by
+    the variable's own `multi`, `includeAll` and `allValue`)."""
+    values: dict[str, templating.Selected] = {}
+    for variable in dashboard.get("templating", {}).get("list", []):
+        name = variable["name"]
+        if name in chosen:
+            choice = chosen[name]
+            values[name] = (
+                choice if isinstance(choice, templating.Selected) else templating.selection(variable, choice)
+            )
+        elif variable.get("type") == "constant":
+            values[name] = templating.Selected((str(variable.get("query", "")),))
+    return values
+
+
+class Runner:
+    """Runs targets over [start, end] as Grafana's datasources would send them."""
+
+    def __init__(self, prometheus: httpx.Client, logs: httpx.Client | None, start: float, end: float) -> None:
+        self.prometheus, self.logs, self.start, self.end = prometheus, logs, start, end
+        self.sources = datasources()
+
+    def macros(self, source: Mapping[str, Any]) -> dict[str, str]:
+        return templating.builtins(self.start, self.end, scrape_interval_s(source), MAX_DATA_POINTS)
+
+    def run(self, target: Target, variables: Mapping[str, templating.Selected]) -> QueryResult:
+        source = self.sources.get(target.uid)
+        if source is None:
+            known = ", ".join(sorted(self.sources))
+            error = f"datasource uid {target.uid!r} is not provisioned (known: {known})"
+            return QueryResult(target.dashboard, target.panel, json.dumps(target.body), 0, error, target.uid)
+        macros = self.macros(source)
+        if source["type"] == "elasticsearch":
+            return self.run_logs(target, source, {**variables, **macros}, macros["__interval"])
+        expr = templating.interpolate(target.body.get("expr", ""), {**variables, **macros})
+        series, error = self.run_promql(expr, target.body.get("instant", False), int(macros["__interval_ms"]))
+        return QueryResult(target.dashboard, target.panel, expr, series, error, target.uid)
+
+    def run_promql(self, expr: str, instant: bool, step_ms: int) -> tuple[int, str]:
+        """(series, error) of an instant query at the end, or a range query stepped by $__interval."""
+        if instant:
+            answer = self.prometheus.post("/api/v1/query", data={"query": expr, "time": f"{self.end:.3f}"})
+        else:
+            window = {"start": f"{self.start:.3f}", "end": f"{self.end:.3f}", "step": f"{step_ms / 1000:g}"}
+            answer = self.prometheus.post("/api/v1/query_range", data={"query": expr, **window})
+        try:
+            body = answer.json()
+        except ValueError:
+            return 0, f"HTTP {answer.status_code}: {answer.text[:200]}"
+        if body.get("status") != "success":
+            return 0, body.get("error", f"HTTP {answer.status_code}")
+        return len(body["data"]["result"]), ""
+
+    def run_logs(
+        self, target: Target, source: Mapping[str, Any], values: Mapping[str, Any], interval: str
+    ) -> QueryResult:
+        lucene = templating.interpolate(target.body.get("query", ""), values, "elasticsearch")
+        result = QueryResult(target.dashboard, target.panel, lucene, 0, "", target.uid)
+        if self.logs is None:
+            return replace(result, skipped="no logs URL given")
+        options = source.get("jsonData", {})
+        body = search_body(
+            target.body, lucene, self.start, self.end, interval, options.get("timeField", "@timestamp")
+        )
+        answer = self.logs.post(f"/{options['index']}/_search", json=body)
+        if not answer.is_success:
+            return replace(result, error=f"HTTP {answer.status_code}: {answer.text[:300]}")
+        return replace(result, series=metrics_with_values(answer.json()))
+
+
+def search_body(
+    target: Mapping[str, Any], lucene: str, start: float, end: float, interval: str, time_field: str
+) -> dict[str, Any]:
+    """The search the Elasticsearch datasource sends for a metrics target: the Lucene query and the time
+    range as filters, a date histogram by $__interval, each metric inside it."""
+    histogram = next(a for a in target.get("bucketAggs", []) if a["type"] == "date_histogram")
+    metrics = {
+        m["id"]: {m["type"]: {"field": m["field"]}} for m in target.get("metrics", []) if m["type"] != "count"
     }
-    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), expr)
+    bounds = {"min": round(start * 1000), "max": round(end * 1000)}
+    time_range = {"gte": bounds["min"], "lte": bounds["max"], "format": "epoch_millis"}
+    return {
+        "size": 0,
+        "query": {"bool": {"filter": [
+            {"range": {time_field: time_range}},
+            {"query_string": {"analyze_wildcard": True, "query": lucene}},
+        ]}},
+        "aggs": {histogram["id"]: {
+            "date_histogram": {
+                "field": histogram.get("field", time_field), "fixed_interval": interval,
+                "min_doc_count": 0, "extended_bounds": bounds, "format": "epoch_millis",
+            },
+            "aggs": metrics,
+        }},
+    }  # fmt: skip
+
+
+def metrics_with_values(answer: Mapping[str, Any]) -> int:
+    """How many metrics of the histogram have a value in at least one bucket (a series each)."""
+    with_values: set[str] = set()
+    for aggregation in answer.get("aggregations", {}).values():
+        for bucket in aggregation.get("buckets", []):
+            with_values |= {
+                k for k, v in bucket.items() if isinstance(v, dict) and v.get("value") is not None
+            }
+    return len(with_values)
 
 
 def run_queries(
-    prometheus_url: str, variables: dict[str, str], at: float, range_s: int = 3600
+    prometheus_url: str,
+    variables: Mapping[str, Choice],
+    at: float,
+    range_s: int = 3600,
+    logs_url: str | None = None,
+    folder: Path = build.OUTPUT_DIR,
 ) -> list[QueryResult]:
-    """Every PromQL query of every dashboard, evaluated at `at` (an instant query: what the last point
-    of a panel would show)."""
+    """Every target of every dashboard JSON in `folder` over the `range_s` seconds ending `at`: PromQL as
+    a range query (an instant query at `at` where the target is instant), logs targets against
+    `logs_url` (skipped without one). A datasource uid that is not provisioned is an error."""
     results = []
-    with httpx.Client(base_url=prometheus_url, timeout=30) as client:
-        for spec in catalog.DASHBOARDS:
-            for item in spec.panels():
-                for query in item.queries:
-                    if query.datasource != catalog.PROMETHEUS:
-                        continue
-                    expr = substitute(query.expr, variables, range_s)
-                    answer = client.get("/api/v1/query", params={"query": expr, "time": at}).json()
-                    if answer.get("status") != "success":
-                        results.append(QueryResult(spec.uid, item.title, expr, 0, answer.get("error", "?")))
-                    else:
-                        results.append(QueryResult(spec.uid, item.title, expr, len(answer["data"]["result"])))
+    logs = httpx.Client(base_url=logs_url, timeout=30) if logs_url else None
+    with httpx.Client(base_url=prometheus_url, timeout=30) as prometheus:
+        runner = Runner(prometheus, logs, at - range_s, at)
+        for path in dashboard_files(folder):
+            dashboard = json.loads(path.read_text())
+            values = variable_values(dashboard, variables)
+            results += [runner.run(target, values) for target in targets(dashboard)]
+    if logs is not None:
+        logs.close()
     return results
 
 

@@ -19,6 +19,13 @@ from .tools import (
     OPERATOR_CRDS_STEP,
 )
 
+CLI = {
+    "licences": (
+        ".licences",
+        "the licence of everything setup and the packages bring in; fails on a denied one",
+    )
+}
+
 NEEDED_BY = "the Helm chart's tests and the health service's Kubernetes sync tests (tests/deploy)"
 
 INSTALL_STEPS = [

@@ -1,11 +1,12 @@
 """The Kubernetes tools that ``fleetsight setup`` builds from Go modules for the chart's tests: helm,
-kube-apiserver, kube-controller-manager, kube-scheduler and kwok (simulated kubelets).
+kube-apiserver, kube-controller-manager, kube-scheduler and kwok (simulated kubelets). Each is a
+configuration of :class:`fleetsight.gobuild.GoModuleBuild`: its own version variables and version command,
+and the bare release in the version output.
 
-helm and kwok build like Thanos (:class:`fleetsight.gobuild.GoModuleBuild`); they only stamp their version
-elsewhere and report it with another command. ``go install k8s.io/kubernetes/cmd/...@v1.31.4`` is refused
-(k8s.io/kubernetes maps its staging modules to ./staging with replace directives), so the Kubernetes
-binaries build inside a small wrapper module (:class:`KubeBuild`): it requires k8s.io/kubernetes and maps
-each staging module named by that module's own go.mod to the published ``v0.<minor>.<patch>`` release.
+``go install k8s.io/kubernetes/cmd/...@v1.31.4`` is refused (k8s.io/kubernetes maps its staging modules to
+./staging with replace directives), so the Kubernetes binaries build inside the builder's wrapper module:
+:func:`wrapper_go_mod` requires k8s.io/kubernetes and maps each staging module named by that module's own
+go.mod to the published ``v0.<minor>.<patch>`` release.
 """
 
 from __future__ import annotations
@@ -13,43 +14,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsight.gobuild import GoModuleBuild
+from fleetsight.gobuild import GoModuleBuild, WrapperGoMod, download_module, require_go
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, go_env, run_logged
-
-VERSION_TIMEOUT_S = 10
-
-
-def reported_version(command: list[str | os.PathLike]) -> str:
-    """What the binary prints for its version command, or "" when it does not run."""
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=VERSION_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (result.stdout + result.stderr).strip() if result.returncode == 0 else ""
-
-
-@dataclass(frozen=True)
-class ToolBuild(GoModuleBuild):
-    """A Go module build whose version is stamped with the given ``-X`` flags and read back with
-    ``version_args`` (helm has no ``--version``)."""
-
-    version_vars: tuple[str, ...] = ()  # package.variable=value
-    version_args: tuple[str, ...] = ("--version",)
-
-    def ldflags(self) -> str:
-        return " ".join(f"-X {item}" for item in self.version_vars)
-
-    def reported_version(self, settings: Settings) -> str:
-        return reported_version([self.binary(settings), *self.version_args])
-
-    def reports_release(self, settings: Settings) -> bool:
-        return self.release in self.reported_version(settings)
-
+from fleetsight.setup import InstallError
 
 STAGING = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s+=>\s+\./staging/", re.MULTILINE)
 
@@ -70,19 +40,33 @@ def wrapper_go_mod(kubernetes_go_mod: str, version: str) -> str:
     )
 
 
-@dataclass(frozen=True)
-class KubeBuild(ToolBuild):
-    """A binary of k8s.io/kubernetes (package: its import path) built in the wrapper module."""
-
-    def prepare(self, scratch: Path, log: Path) -> Path:
-        source = self.download_source(log)
-        tree = scratch / "wrapper"
-        tree.mkdir()
-        (tree / "go.mod").write_text(wrapper_go_mod((source / "go.mod").read_text(), self.module_version))
-        # a build-tagged import so that `go mod tidy` resolves the package's whole dependency graph
-        (tree / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{self.package}"\n')
-        run_logged(["go", "mod", "tidy"], log, cwd=tree, env=go_env())
-        return tree
+def tool_build(
+    name: str,
+    module: str,
+    version: str,
+    package: str,
+    *,
+    release: str | None = None,
+    stamp_detail: str = "",
+    version_vars: tuple[str, ...] = (),
+    version_args: tuple[str, ...] = ("--version",),
+    wrapper: WrapperGoMod | None = None,
+) -> GoModuleBuild:
+    """A tool that stamps its version with its own variables (none: as the module sets it) and prints
+    the bare release (default: the module version), not Prometheus's "version X" line."""
+    return GoModuleBuild(
+        binary_name=name,
+        module=module,
+        module_version=version,
+        package=package,
+        tags="",
+        release=version if release is None else release,
+        stamp_detail=stamp_detail,
+        version_vars=version_vars,
+        version_args=version_args,
+        version_marker="{release}",
+        wrapper_go_mod=wrapper,
+    )
 
 
 KUBERNETES_VERSION = "v1.31.4"
@@ -96,28 +80,24 @@ KUBE_VERSION_VARS = (
 )
 
 
-def kube_build(name: str) -> KubeBuild:
-    return KubeBuild(
-        binary_name=name,
-        module="k8s.io/kubernetes",
-        module_version=KUBERNETES_VERSION,
-        package=f"k8s.io/kubernetes/cmd/{name}",
-        tags="",
-        release=KUBERNETES_VERSION,
-        branch="",
+def kube_build(name: str) -> GoModuleBuild:
+    """A binary of k8s.io/kubernetes (package: its import path) built in the wrapper module."""
+    return tool_build(
+        name,
+        "k8s.io/kubernetes",
+        KUBERNETES_VERSION,
+        f"k8s.io/kubernetes/cmd/{name}",
         stamp_detail="wrapper-module",
         version_vars=KUBE_VERSION_VARS,
+        wrapper=wrapper_go_mod,
     )
 
 
-HELM = ToolBuild(
-    binary_name="helm",
-    module="helm.sh/helm/v3",
-    module_version=HELM_VERSION,
-    package="./cmd/helm",
-    tags="",
-    release=HELM_VERSION,
-    branch="",
+HELM = tool_build(
+    "helm",
+    "helm.sh/helm/v3",
+    HELM_VERSION,
+    "./cmd/helm",
     stamp_detail="k8s-1.31",  # the Kubernetes version helm assumes offline (template, lint)
     version_vars=(
         f"helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
@@ -129,14 +109,8 @@ HELM = ToolBuild(
     ),
     version_args=("version", "--short"),
 )
-KWOK = ToolBuild(
-    binary_name="kwok",
-    module="sigs.k8s.io/kwok",
-    module_version=KWOK_VERSION,
-    package="./cmd/kwok",
-    tags="",
-    release=KWOK_VERSION.removeprefix("v"),
-    branch="",
+KWOK = tool_build(
+    "kwok", "sigs.k8s.io/kwok", KWOK_VERSION, "./cmd/kwok", release=KWOK_VERSION.removeprefix("v")
 )
 KUBE_APISERVER = kube_build("kube-apiserver")
 KUBE_CONTROLLER_MANAGER = kube_build("kube-controller-manager")
@@ -166,18 +140,8 @@ class OperatorCrds:
         return all(path.is_file() for path in self.files(settings))
 
     def install(self, settings: Settings, log: Path) -> None:
-        if shutil.which("go") is None:
-            raise InstallError("the Go toolchain is not on PATH: it downloads prometheus-operator's module")
-        build = GoModuleBuild(
-            binary_name="",
-            module=self.module,
-            module_version=self.version,
-            package="",
-            tags="",
-            release="",
-            branch="",
-        )
-        source = build.download_source(log) / "example" / "prometheus-operator-crd"
+        require_go("download prometheus-operator's module")
+        source = download_module(self.module, self.version, log) / "example" / "prometheus-operator-crd"
         target = self.folder(settings)
         partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)

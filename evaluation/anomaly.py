@@ -21,16 +21,17 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from anomaly import jobs as job_identity
 from anomaly.detector import Detector, DetectorConfig, Event
 from anomaly.window import THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_THERMAL, Window
 from fleetsight import durations
-from twin import render
+from twin import dcgm
 from twin import scenario as scenario_mod
 from twin.sim import Simulation
 from twin.truth import Fault
@@ -59,7 +60,7 @@ DCGM = {
     "power": "DCGM_FI_DEV_POWER_USAGE",
     "sm_clock": "DCGM_FI_DEV_SM_CLOCK",
     "util": "DCGM_FI_DEV_GPU_UTIL",
-    "throttle": "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "throttle": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",  # field 112 (legacy: CLOCK_THROTTLE_REASONS)
 }
 IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery")
 
@@ -127,15 +128,19 @@ class ScenarioRun:
 class TwinFeed:
     """Runs one scenario in the twin and yields a window every cycle."""
 
-    def __init__(self, path: Path, cycle: float = 30.0, duration: float | None = None) -> None:
-        self.render = render
-        self.scenario = scenario_mod.load(path)
+    def __init__(
+        self, path: Path, cycle: float = 30.0, duration: float | None = None, dcgm_labels: str | None = None
+    ) -> None:
+        self.scenario = with_dcgm_labels(scenario_mod.load(path), dcgm_labels)
         self.sim = Simulation(self.scenario, self.scenario.start)
+        # The detector's job id of each twin job (its Slurm id, or <namespace>/<name> from pod labels),
+        # to score flags against the truth, which names jobs by their Slurm-style id.
+        self.job_ids: dict[str, str] = {}
         self.cycle = cycle
         self.tick = self.scenario.tick
         self.ticks = scenario_ticks(self.scenario, duration)
-        attributes = {name: attr for name, _, _, attr, _ in render.DCGM_FIELDS}
-        self.attributes = {key: attributes[name] for key, name in DCGM.items()}
+        self.fields = dict(DCGM)
+        self.published_ids = {f.id for f in dcgm.metric_fields(str(self.scenario.dcgm.counters))}
         self.step_times: dict[str, list[tuple[float, float]]] = {}
         self.truth_source = "measured step times"
 
@@ -143,8 +148,13 @@ class TwinFeed:
         sim = self.sim
         present = sim.gpu_present & sim.alive[:, None]
         out = {}
-        for key, attribute in self.attributes.items():
-            values = np.asarray(self.render.dcgm_array(sim, attribute), dtype=float)
+        for key, name in self.fields.items():
+            if dcgm.field_id(name) not in self.published_ids:
+                # The scenario's counters file does not publish it (a stock file has no clock events):
+                # the service would read no series, so the detector gets nothing either.
+                out[key] = np.full(present.shape, np.nan)
+                continue
+            values = np.asarray(dcgm.values_by_name(sim, name), dtype=float)
             out[key] = np.where(present, values, np.nan)
         return out
 
@@ -196,9 +206,30 @@ class TwinFeed:
         window.h2d_bandwidth = np.asarray(sim.h2d_bandwidth, dtype=float).copy()
         window.ib_errors = np.maximum(errors, 0.0)  # a reboot resets counters: no negative increase
         window.ib_xmit_wait = np.maximum(wait, 0.0) / max(self.cycle, 1e-9)
-        window.jobs = {job.spec.id: [int(i) for i in job.nodes] for job in sim.jobs if job.state == "RUNNING"}
+        self._assign_jobs(window)
         window.gpu_model = {i: "H100" for i in range(len(sim.nodes))}
         return window
+
+    def _assign_jobs(self, window: Window) -> None:
+        """Jobs as the service forms them: slurmrestd's list for the twin's Slurm jobs; for its
+        Kubernetes jobs, the labels its dcgm-exporter puts on their GPUs (pod labels only), read by
+        anomaly/jobs.py, the service's own code."""
+        sim, settings = self.sim, self.scenario.dcgm
+        running = [job for job in sim.jobs if job.state == "RUNNING"]
+        slurm = {j.spec.id: [sim.nodes[i] for i in j.nodes] for j in running if _on_slurm(settings, j)}
+        series = [
+            (sim.nodes[i], _gpu_label_dict(sim, int(i), job))
+            for job in running
+            if not _on_slurm(settings, job)
+            for i in job.nodes
+        ]
+        found = job_identity.merge(slurm, job_identity.from_series(job_identity.JobIdentity(), series))
+        index = {name: i for i, name in enumerate(window.nodes)}
+        window.jobs = {job: sorted(index[n] for n in nodes) for job, nodes in sorted(found.nodes.items())}
+        window.job_refs = dict(found.refs)
+        for job in running:
+            node = sim.nodes[int(job.nodes[0])]
+            self.job_ids[job.spec.id] = next((j for j, n in found.nodes.items() if node in n), job.spec.id)
 
     def episodes(self) -> list[Episode]:
         """Straggler episodes from the twin's truth: events on nodes of running jobs, with the slowdown
@@ -281,17 +312,37 @@ METHODS: dict[str, Callable[[], Any]] = {
 }
 
 
+def with_dcgm_labels(scenario: Any, labels: str | None) -> Any:
+    """The scenario with its dcgm-exporter's label mode replaced: ``kubernetes`` (pod labels on, every
+    job a Kubernetes job: the same physics, jobs found from pod labels) or ``slurm``."""
+    if labels is None:
+        return scenario
+    jobs = tuple(replace(j, scheduler=labels) for j in scenario.jobs)
+    dcgm_settings = replace(scenario.dcgm, labels=labels, pod_labels=labels == "kubernetes")
+    return replace(scenario, dcgm=dcgm_settings, jobs=jobs)
+
+
+def _on_slurm(settings: Any, job: Any) -> bool:
+    return dcgm.job_scheduler(settings, job) != "kubernetes"
+
+
+def _gpu_label_dict(sim: Simulation, node: int, job: Any) -> dict[str, str]:
+    labels, attributes = dcgm.workload_labels(sim, node, sim.scenario.dcgm, job)
+    return {**labels, **attributes}
+
+
 def run_scenario(
     path: Path,
     cycle: float = 30.0,
     progress: Callable[[int], None] | None = None,
     duration: float | None = None,
+    dcgm_labels: str | None = None,
 ) -> ScenarioRun:
     """One scenario through the detector and the baselines; ``duration`` (s) stops the simulation
     early, as the twin's runner does for ``--duration``: the same data up to then."""
     import time
 
-    feed = TwinFeed(path, cycle, duration)
+    feed = TwinFeed(path, cycle, duration, dcgm_labels)
     methods = {name: factory() for name, factory in METHODS.items()}
     events: dict[str, list[Event]] = {name: [] for name in methods}
     cpu: list[float] = []
@@ -309,7 +360,7 @@ def run_scenario(
         nodes=len(feed.sim.nodes),
         hours=feed.ticks * feed.tick / 3600.0,
         fault_free=fault_free,
-        episodes=feed.episodes(),
+        episodes=[replace(e, job=feed.job_ids.get(e.job, e.job)) for e in feed.episodes()],
         events=events,
         cycle_cpu_s=cpu,
         truth_source=feed.truth_source,
@@ -564,8 +615,9 @@ def evaluate(
     cycle: float = 30.0,
     progress: Callable[[int], None] | None = None,
     duration: float | None = None,
+    dcgm_labels: str | None = None,
 ) -> dict[str, Any]:
-    return report([run_scenario(path, cycle, progress, duration) for path in paths], cycle)
+    return report([run_scenario(path, cycle, progress, duration, dcgm_labels) for path in paths], cycle)
 
 
 def flag_log(runs: list[ScenarioRun]) -> list[dict[str, Any]]:

@@ -245,8 +245,20 @@ def print_tables(results: list[ScenarioResult], console: Console) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write every flag/clear as JSON lines.",
 )
+@click.option(
+    "--dcgm-labels",
+    type=click.Choice(["slurm", "kubernetes"]),
+    default=None,
+    help="Run every job as this scheduler's: slurm (jobs from slurmrestd) or kubernetes (pods with "
+    "JobSet/PyTorchJob labels, jobs from dcgm-exporter's pod labels only). Default: as the scenario says.",
+)
 def anomaly_command(
-    scenarios: tuple[str, ...], as_json: bool, cycle: float, duration: str | None, flags_out: Path | None
+    scenarios: tuple[str, ...],
+    as_json: bool,
+    cycle: float,
+    duration: str | None,
+    flags_out: Path | None,
+    dcgm_labels: str | None,
 ) -> None:
     """Run the detector and two baselines over the twin's simulated data (offline) and score them.
 
@@ -260,6 +272,7 @@ def anomaly_command(
       fleetsight evaluate anomaly $(printf -- "--scenario %s " evaluation/scenarios/anomaly/*.yaml) --json
       fleetsight evaluate anomaly --scenario fault_free_day --flags-out /tmp/flags.jsonl
       fleetsight evaluate anomaly --scenario mixed_day --duration 8h
+      fleetsight evaluate anomaly --scenario case_01 --dcgm-labels kubernetes   # Kubernetes-shaped
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -281,7 +294,8 @@ def anomaly_command(
     ) as progress:
         task = progress.add_task("twin", total=ticks)
         runs = [
-            anomaly_eval.run_scenario(p, cycle, lambda n: progress.advance(task, n), seconds) for p in paths
+            anomaly_eval.run_scenario(p, cycle, lambda n: progress.advance(task, n), seconds, dcgm_labels)
+            for p in paths
         ]
     report = anomaly_eval.report(runs, cycle)
     if flags_out is not None:

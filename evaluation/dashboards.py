@@ -26,8 +26,7 @@ from types import SimpleNamespace
 
 import httpx
 
-from dashboards import catalog
-from dashboards.verify import substitute
+from dashboards import catalog, templating
 from rules import ruleset
 
 from . import alerts as evaluate
@@ -40,6 +39,9 @@ ANOMALY_ONLY = re.compile(r"\bfleetsight_straggler\b")
 # Counters the node agent creates with the first event they count (an Xid, an SXid, a kernel event).
 EVENT_COUNTERS = re.compile(r"\b(fleetsight_gpu_xid_errors_total|fleetsight_nvswitch_sxid_errors_total)\b")
 RANGE_STEP_S = 60
+# Prometheus refuses a range query of more than 11,000 points a series: as a panel's max data points, it
+# leaves $__interval at RANGE_STEP_S (the min interval) for spans up to a week.
+MAX_DATA_POINTS = 11_000
 
 
 @dataclass
@@ -125,7 +127,7 @@ def resolve_variables(client: httpx.Client, start: float, end: float) -> dict[st
             if variable.constant:
                 values[variable.name] = variable.query
                 continue
-            label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable.query)
+            label = re.fullmatch(r"label_values\(([\w:]+), (\w+)\)", variable.query)
             if label is None:
                 continue
             found = client.get(
@@ -137,25 +139,22 @@ def resolve_variables(client: httpx.Client, start: float, end: float) -> dict[st
     return values
 
 
-def rate_interval(scrape_s: float) -> str:
-    """Grafana's $__rate_interval for a range query of RANGE_STEP_S: max($__interval + scrape
-    interval, 4 x scrape interval), the scrape interval being the sparsest source's (the node
-    agents' --agent-step in a backfill), so that a rate over it holds the samples it would live."""
-    return f"{max(RANGE_STEP_S + scrape_s, 4 * scrape_s):.0f}s"
-
-
 def run_range_queries(
     url: str, start: float, end: float, scrape_s: float = 5.0
 ) -> tuple[dict[str, str], list[PanelResult]]:
     results = []
     with httpx.Client(base_url=url, timeout=120) as client:
         variables = resolve_variables(client, start, end)
-        grafana = {**variables, "__interval": f"{RANGE_STEP_S}s", "__rate_interval": rate_interval(scrape_s)}
+        # Grafana's macros for the span, the min interval one step: $__rate_interval is then
+        # max(step + scrape, 4 x scrape), the scrape being the sparsest source's (the node agents'
+        # --agent-step in a backfill), so that a rate over it holds the samples it would live.
+        macros = templating.builtins(start, end, scrape_s, MAX_DATA_POINTS, min_interval_s=RANGE_STEP_S)
+        step = int(macros["__interval_ms"]) / 1000
         for spec, panel, query in panel_queries():
-            expr = substitute(query.expr, grafana, int(end - start))
+            expr = templating.interpolate(query.expr, {**variables, **macros})
             answer = client.post(
                 "/api/v1/query_range",
-                data={"query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": RANGE_STEP_S},
+                data={"query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": f"{step:g}"},
             ).json()
             if answer.get("status") != "success":
                 results.append(PanelResult(spec.uid, panel.title, expr, 0, answer.get("error", "?")))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +23,9 @@ import yaml
 from fleetsight.components import Component, fleetsight_command, load_components
 from fleetsight.settings import Settings
 from fleetsight.supervisor import Supervisor
-from health.component import serve_command
+from health.component import events_token_file, serve_command
 from health.policy import parse_duration
+from twin.truth import Fault, load_faults
 
 AROUND_THE_TWIN = ("slack-sink", "alertmanager", "exporter-node", "exporter-fabric", "anomaly", "prometheus")
 SEVERITY_ORDER = ("healthy", "degraded", "unhealthy", "draining", "drained", "repair")
@@ -108,6 +108,7 @@ class TwinStack:
             alertmanagers=[settings.url("alertmanager")],
             prometheus=settings.url("prometheus"),
             scheduler=settings.url("twin", "/slurm/v0.0.40"),
+            events_token_file=events_token_file(settings),  # the Alertmanager's webhook to it
         )
 
     def start(self) -> None:
@@ -171,8 +172,9 @@ class TwinStack:
                 time.sleep(interval)
         return timelines, most_breaker_alerts
 
-    def faults(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.truth.read_text().splitlines() if line.strip()]
+    def faults(self) -> list[Fault]:
+        """The faults the twin has begun so far (it rewrites its truth file whole as they happen)."""
+        return load_faults(self.truth)
 
 
 def tail(path: Path, lines: int = 8) -> str:
@@ -182,13 +184,12 @@ def tail(path: Path, lines: int = 8) -> str:
         return ""
 
 
-def summarize(fault: dict[str, Any], timeline: Timeline | None) -> dict[str, Any]:
+def summarize(fault: Fault, timeline: Timeline | None) -> dict[str, Any]:
     """State reached (the most severe), its reasons, seconds from onset to the first change and to the
     most severe state, and seconds from the fault's end back to healthy."""
-    node = fault.get("target", {}).get("node")
     row: dict[str, Any] = {
-        "kind": fault["kind"],
-        "node": node or "-",
+        "kind": fault.kind,
+        "node": fault.node or "-",
         "state": "healthy",
         "reasons": [],
         "first_change_s": None,
@@ -197,7 +198,7 @@ def summarize(fault: dict[str, Any], timeline: Timeline | None) -> dict[str, Any
     }
     if timeline is None:
         return row
-    onset, end = fault["onset_unix"], fault["end_unix"]
+    onset, end = fault.onset, fault.end
     after = [(t, s, r) for t, s, r in timeline.samples if t >= onset]
     changed = [(t, s, r) for t, s, r in after if s != "healthy"]
     if not changed:
@@ -215,9 +216,9 @@ def summarize(fault: dict[str, Any], timeline: Timeline | None) -> dict[str, Any
     return row
 
 
-def bystanders(faults: list[dict[str, Any]], timelines: dict[str, Timeline]) -> dict[str, list[str]]:
+def bystanders(faults: list[Fault], timelines: dict[str, Timeline]) -> dict[str, list[str]]:
     """Nodes with no fault of their own that left healthy: the signals that moved them."""
-    faulty = {f.get("target", {}).get("node") for f in faults}
+    faulty = {f.node for f in faults}
     moved: dict[str, list[str]] = {}
     for node, timeline in timelines.items():
         if node in faulty:
@@ -258,7 +259,7 @@ def run_check(scenario: Path, folder: Path, port_base: int, policy: Path, settle
         until = started + parse_duration(raw["duration"], "duration") + settle_s
         timelines, breaker_alerts = stack.observe(until=until)
         faults = stack.faults()
-        rows = [summarize(f, timelines.get(f.get("target", {}).get("node", ""))) for f in faults]
+        rows = [summarize(f, timelines.get(f.node or "")) for f in faults]
         drain_list = httpx.get(stack.settings.url("health", "/v1/drain-list"), timeout=5).json()
         return {
             "rows": rows,

@@ -1,8 +1,9 @@
 """The report's KPIs against the twin's ground truth (its `*.truth.jsonl`, docs/twin.md): what the
 report measured from Prometheus next to what the twin injected, with the tolerance each is held to.
 
-A scorer, not part of the report: it reads the truth file with `twin.truth.load_truth` (pure json and
-pathlib, the contract of docs/twin.md; it names a bad file and line) and never imports the simulator.
+A scorer, not part of the report: it reads the truth file with the twin's one typed reader,
+`twin.truth.load_faults` (pure json and pathlib, the contract of docs/twin.md; it names a bad file and
+line), and never imports the simulator.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetsight.xid_catalog import lookup
-from twin.truth import load_truth
+from twin.truth import Fault, load_faults
 
 # Fault kinds that take a node (or one of its GPUs or ports) out of work, by Fire-Flyer category.
 # The others leave it fit for work, slower at worst: a gray slow node, a PCIe downgrade, a link that
@@ -48,31 +49,29 @@ class Failure:
     end: float
 
 
-def is_node_failure(line: dict[str, Any]) -> bool:
-    if line.get("benign") or line["kind"] not in NODE_FAILURES:
+def is_node_failure(fault: Fault) -> bool:
+    if fault.benign or fault.kind not in NODE_FAILURES:
         return False
-    if line["kind"] == "xid":  # magnitude is the Xid code
-        return lookup(int(line["magnitude"])).action not in ("none", "restart_app")
+    if fault.kind == "xid":
+        return fault.code is not None and lookup(fault.code).action not in ("none", "restart_app")
     return True
 
 
-def failures_in(lines: list[dict[str, Any]], start: float, end: float) -> list[Failure]:
+def failures_in(faults: list[Fault], start: float, end: float) -> list[Failure]:
     """The node failures that began in [start, end), clipped to it."""
     found = []
-    for line in lines:
-        if not is_node_failure(line) or not start <= line["onset_unix"] < end:
+    for fault in faults:
+        if not is_node_failure(fault) or not start <= fault.onset < end or fault.node is None:
             continue
-        found.append(
-            Failure(line["id"], line["kind"], line["target"]["node"], NODE_FAILURES[line["kind"]],
-                    line["onset_unix"], min(line["end_unix"], end))
-        )  # fmt: skip
+        category = NODE_FAILURES[fault.kind]
+        found.append(Failure(fault.id, fault.kind, fault.node, category, fault.onset, min(fault.end, end)))
     return found
 
 
-def truth_figures(lines: list[dict[str, Any]], start: float, end: float, nodes: int) -> dict[str, Any]:
+def truth_figures(faults: list[Fault], start: float, end: float, nodes: int) -> dict[str, Any]:
     """The report's figures as the truth has them: availability, failures (total and by category),
     MTBF in node-hours, MTTR in hours; plus which failures the period's edge cut too short."""
-    failures = failures_in(lines, start, end)
+    failures = failures_in(faults, start, end)
     node_hours = nodes * (end - start) / 3600
     down_hours = sum(unfit_seconds(failures).values()) / 3600
     count = len(failures)
@@ -188,7 +187,7 @@ def report_against_truth(url: str, start: float, end: float, truth_file: Path, n
                "--from", iso[0], "--to", iso[1]]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
     report = json.loads((out / "report.json").read_text())
-    truth = truth_figures(load_truth(truth_file), start, end, nodes)
+    truth = truth_figures(load_faults(truth_file), start, end, nodes)
     misses = unmatched(report, truth)
     lines = [table(comparison(report, truth)), f"cut by the period's edge: {truth['cut_by_edge'] or 'none'}"]
     lines += [f"missed: {f.id} {f.kind} on {f.node} at {stamp(f.start)} for {(f.end - f.start) / 60:.1f} min"

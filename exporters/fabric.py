@@ -147,6 +147,28 @@ def _is_switch(port: dict, system_types: dict[str, str]) -> bool:
     return "switch" in description or not str(port.get("node_description", "")).strip().count(" ")
 
 
+def _peer_host(port: dict, peer: dict | None, system_types: dict[str, str]) -> tuple[str, str] | None:
+    """(node, hca_port) of the host cabled to a switch port, or None when the peer is a switch or unknown.
+
+    UFM names the peer on the port itself (``peer``, ``peer_node_name``, ``peer_port_dname``,
+    ``peer_node_description``); the peer's own port object, when listed, is preferred: its
+    ``node_description`` ("n0001 mlx5_0") and ``number`` give the HCA device and port as the host's
+    sysfs names them, so the switch side and the node agent's host side join on (node, device, port).
+    """
+    if peer is not None:
+        if _is_switch(peer, system_types):
+            return None
+        description, system = str(peer.get("node_description", "")), str(peer.get("system_name", ""))
+        node, device = host_and_device(description, system)
+        return node, f"{device}/{peer.get('number', '')}" if device else str(peer.get("number", ""))
+    description = str(port.get("peer_node_description", "")).split()
+    # A host's node description is "<host> <device>"; a switch's is its name alone.
+    if len(description) < 2 or system_types.get(description[0], "host") == "switch":
+        return None
+    number = str(port.get("peer_port_dname", "")).rsplit("/", 1)[-1]
+    return description[0], f"{description[-1]}/{number}" if number else description[-1]
+
+
 def _row(port: dict, by_name: dict[str, dict], system_types: dict[str, str]) -> PortRow:
     system = str(port.get("system_name", ""))
     number = str(port.get("number", port.get("external_number", "")))
@@ -156,12 +178,9 @@ def _row(port: dict, by_name: dict[str, dict], system_types: dict[str, str]) -> 
     pairs: list[tuple[str, str]]
     if _is_switch(port, system_types):
         pairs = [("side", "switch"), ("switch", system), ("switch_port", str(port.get("dname") or number))]
-        if peer is not None and not _is_switch(peer, system_types):
-            node, device = host_and_device(str(peer.get("node_description", "")), peer_system)
-            pairs += [
-                ("node", node),
-                ("hca_port", f"{device}/{peer.get('number', '')}" if device else peer_port),
-            ]
+        host = _peer_host(port, peer, system_types)
+        if host is not None:
+            pairs += [("node", host[0]), ("hca_port", host[1])]
         elif peer_system:
             pairs += [("peer_switch", peer_system), ("peer_switch_port", peer_port)]
     else:
@@ -361,6 +380,9 @@ class FabricPorts(Source):
 
     def __init__(self, ufm: Ufm) -> None:
         self.ufm = ufm
+        # (switch, switch_port) -> (node, hca_port), remembered: while a link is down UFM reports no
+        # peer, and that is exactly when an alert must still name the host (and its jobs).
+        self.peers: dict[tuple[str, str], tuple[str, str]] = {}
 
     def gather(self, problems: Problems) -> list[Metric]:
         try:
@@ -369,6 +391,7 @@ class FabricPorts(Source):
             _ufm_problem(problems, "ports", exc)
             ports = []
         self.ufm.rows = port_rows(ports, self.ufm.system_types)
+        self._remember_peers(self.ufm.rows)
         families = []
         for name, doc, attribute in PORT_GAUGES:
             family = _gauge(name, doc)
@@ -380,7 +403,31 @@ class FabricPorts(Source):
             families.append(family)
         count = _gauge("fleetsight_fabric_ports", "Ports UFM reported in the last refresh.")
         count.add_metric([], len(self.ufm.rows))
-        return [*families, count]
+        return [*families, count, self._peer_info()]
+
+    def _remember_peers(self, rows: list[PortRow]) -> None:
+        """Learn each switch port's host; give a port whose link is down the host it last had, so its
+        series keep one label set across a flap instead of splitting in two."""
+        for row in rows:
+            labels = row.labels
+            if labels.get("side") != "switch" or "peer_switch" in labels:
+                continue
+            key = (labels.get("switch", ""), labels.get("switch_port", ""))
+            if "node" in labels:
+                self.peers[key] = (labels["node"], labels.get("hca_port", ""))
+            elif key in self.peers:
+                labels["node"], labels["hca_port"] = self.peers[key]
+
+    def _peer_info(self) -> Metric:
+        info = _gauge(
+            "fleetsight_fabric_switch_port_peer_info",
+            "1 per switch port cabled to a host: the host (node) and its HCA port (device/port) behind it, "
+            "as last seen up (kept while the link is down).",
+        )
+        for (switch, switch_port), (node, hca_port) in sorted(self.peers.items()):
+            pairs = [("switch", switch), ("switch_port", switch_port), ("node", node), ("hca_port", hca_port)]
+            _add(info, _labels(pairs), 1.0)
+        return info
 
 
 class FabricEvents(Source):

@@ -111,7 +111,8 @@ def _group_id(group: str | None) -> int | None:
     try:
         return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise WebConfigError(f"no group {group!r} (the fleetsight-python package creates it)") from None
+        made_by = "the fleetsight-python-node or fleetsight-python package creates it"
+        raise WebConfigError(f"no group {group!r} ({made_by})") from None
 
 
 def _node_certificate(files: NodeFiles, gid: int | None, names: tuple[str, ...]) -> list[Path]:

@@ -48,18 +48,26 @@ def _status(resource: dict) -> tuple[str, str]:
 
 def _redundancy(chassis_id: str, groups: object) -> list[PsuRedundancy]:
     """Redundancy groups of ``Power.Redundancy`` or ``PowerSubsystem.PowerSupplyRedundancy``: a group
-    is redundant while its ``Status.Health`` is OK (the state then reads "Fully Redundant")."""
+    is redundant while it is in service and healthy (the state then reads "Fully Redundant")."""
     found = []
     for index, group in enumerate(groups if isinstance(groups, list) else []):
         if not isinstance(group, dict):
             continue
-        _, health = _status(group)
+        state, health = _status(group)
         if not health:
             continue
         name = str(group.get("Name") or group.get("MemberId") or group.get("RedundancyType") or index)
-        state = "Fully Redundant" if health.upper() == "OK" else f"Redundancy {health}"
-        found.append(PsuRedundancy(chassis_id, name, state))
+        found.append(PsuRedundancy(chassis_id, name, _redundancy_state(state, health)))
     return found
+
+
+def _redundancy_state(state: str, health: str) -> str:
+    # Health alone is not enough: DMTF's public-rackmount1 mockup has a group with one bay empty that
+    # reads Health "OK" but State "UnavailableOffline" (redundancy out of service). Only an "Enabled"
+    # group (or one that does not say) protects the node from the next failure.
+    if state and state.lower() != "enabled":
+        return f"Redundancy {state}"
+    return "Fully Redundant" if health.upper() == "OK" else f"Redundancy {health}"
 
 
 class RedfishClient:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import Settings
@@ -36,6 +37,19 @@ class InstallStep:
     """Installs, logging command output to the given file; raises InstallError or CalledProcessError."""
     eta: str = ""
     """How long a first install takes, shown while it runs."""
+
+
+class Installable(Protocol):
+    """What installs one thing and checks it (a Go module build, a private venv)."""
+
+    def present(self, settings: Settings) -> bool: ...
+
+    def install(self, settings: Settings, log: Path) -> None: ...
+
+
+def step_of(thing: Installable, name: str, description: str, needed_by: str, eta: str) -> InstallStep:
+    """The `fleetsight setup` step that installs thing when it is missing or not the pinned one."""
+    return InstallStep(name, description, needed_by, check=thing.present, install=thing.install, eta=eta)
 
 
 @dataclass
@@ -89,25 +103,16 @@ def tail(path: Path | None, lines: int = 12) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-# -- Binaries built from Go modules (Thanos, promtool 3.x) ---------------------------------------
+def stamp_matches(stamp: Path, expected: str) -> bool:
+    """An install's stamp file names the pinned install: written last, so a partial one has none."""
+    return stamp.is_file() and stamp.read_text().strip() == expected
 
-VERSION_CHECK_TIMEOUT_S = 10
+
+def write_stamp(stamp: Path, text: str) -> None:
+    stamp.write_text(text + "\n")
 
 
-def binary_version(binary: Path) -> str:
-    """First line of ``BINARY --version``, or "" when it does not run."""
-    try:
-        result = subprocess.run(
-            [binary, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_CHECK_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    output = (result.stdout or result.stderr).strip()
-    return output.splitlines()[0] if result.returncode == 0 and output else ""
+# -- Binaries built from Go modules (fleetsight/gobuild.py) ----------------------------------------
 
 
 def go_env() -> dict[str, str]:

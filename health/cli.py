@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
@@ -63,7 +66,8 @@ def cli() -> None:
 @click.option(
     "--scheduler-url",
     envvar="FLEETSIGHT_SCHEDULER_URL",
-    help="slurmrestd-style base URL with version, e.g. http://slurmrestd:6820/slurm/v0.0.38",
+    help="slurmrestd base URL (http://slurmrestd:6820: the newest API version it offers, found in its "
+    "OpenAPI document) or a versioned one to pin it (http://slurmrestd:6820/slurm/v0.0.38).",
 )
 @click.option(
     "--scheduler-socket", type=click.Path(dir_okay=False), help="slurmrestd UNIX socket (rest_auth/local)."
@@ -81,9 +85,33 @@ def cli() -> None:
 )
 @click.option("--cluster", default="", help="Cluster name for metrics and the breaker alert.")
 @click.option(
+    "--events-token-file",
+    envvar="FLEETSIGHT_HEALTH_EVENTS_TOKEN_FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file holding one bearer token with scope `events` (POST /v1/events/...): the same secret "
+    "Alertmanager's webhook http_config.authorization.credentials_file names.",
+)
+@click.option(
     "--kubernetes-nodes",
     is_flag=True,
     help="Take the inventory from the Kubernetes Nodes API too ($KUBECONFIG or the pod's ServiceAccount).",
+)
+@click.option(
+    "--leader-election-namespace",
+    envvar="FLEETSIGHT_HEALTH_LEADER_NAMESPACE",
+    help="With --leader-election-name: two replicas, one writer, on a coordination.k8s.io Lease in this "
+    "namespace ($KUBECONFIG or the pod's ServiceAccount). Off by default (bare metal: docs/health.md).",
+)
+@click.option("--leader-election-name", envvar="FLEETSIGHT_HEALTH_LEADER_NAME", help="The Lease's name.")
+@click.option(
+    "--leader-election-identity",
+    envvar="POD_NAME",
+    help="holderIdentity (default: $POD_NAME, else the host name).",
+)
+@click.option(
+    "--leader-election-url",
+    envvar="FLEETSIGHT_HEALTH_ADVERTISE_URL",
+    help="Where the other replica reaches this one (default: http://$POD_IP:PORT).",
 )
 @click.option(
     "--breaker-alert/--no-breaker-alert",
@@ -111,10 +139,15 @@ def serve(
     nodes_file: Path | None,
     state_dir: Path | None,
     cluster: str,
+    events_token_file: Path | None,
     breaker_alert: bool,
     discovery_ports: tuple[str, ...],
     kubernetes_nodes: bool = False,
     web_config_file: str | None = None,
+    leader_election_namespace: str | None = None,
+    leader_election_name: str | None = None,
+    leader_election_identity: str | None = None,
+    leader_election_url: str | None = None,
 ) -> None:
     """Run the health service: refresh from the sources in the background, answer the REST API.
 
@@ -124,7 +157,7 @@ def serve(
     \b
     Examples:
       fleetsight health serve --prometheus-url http://127.0.0.1:19090 --alertmanager-url http://127.0.0.1:19093
-      fleetsight health serve --listen 0.0.0.0:8080 --scheduler-url http://slurm:6820/slurm/v0.0.38
+      fleetsight health serve --listen 0.0.0.0:8080 --scheduler-url http://slurm:6820
       FLEETSIGHT_HEALTH_TOKENS="s3cret=read,drain" fleetsight health serve --policy my-policy.yml
       fleetsight health serve --scheduler-url http://slurm:6820/slurm/v0.0.38 --discovery-port dcgm=9500
           (then Prometheus: http_sd_configs: [{url: http://HOST:9441/v1/targets/dcgm}])
@@ -137,7 +170,7 @@ def serve(
     setup_logging()
     try:
         policy = load(policy_path)
-        tokens = load_tokens()
+        tokens = load_tokens(events_token_file=events_token_file)
         ports = parse_ports(discovery_ports)
     except (PolicyError, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -172,6 +205,10 @@ def serve(
         breaker_alert_url=alertmanager_url if breaker_alert else None,
         discovery_ports=ports,
     )
+    if leader_election_namespace or leader_election_name:
+        lease = LeaseOptions(leader_election_namespace, leader_election_name, leader_election_identity)
+        elect(service, lease, leader_election_url or f"http://{os.environ.get('POD_IP', host)}:{port}")
+        service.peer_token = events_token_file.read_text().strip() if events_token_file else None
     service.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logging.getLogger("health").info(
@@ -181,6 +218,29 @@ def serve(
         serve_app(create_app(service), host or "127.0.0.1", int(port), tls)
     finally:
         service.stop()
+
+
+@dataclasses.dataclass
+class LeaseOptions:
+    namespace: str | None
+    name: str | None
+    identity: str | None
+
+
+def elect(service: Any, lease: LeaseOptions, url: str) -> None:
+    """Join the Lease (health/leader.py): the service writes only while it holds it."""
+    from .kubernetes import KubernetesError, connect
+    from .leader import LeaderElector, LeaseConfig
+
+    if not (lease.namespace and lease.name):
+        raise click.UsageError("--leader-election-namespace and --leader-election-name go together")
+    try:
+        api = connect(None)
+    except KubernetesError as exc:
+        raise click.ClickException(str(exc)) from exc
+    identity = lease.identity or socket.gethostname()
+    service.elector = LeaderElector(api, LeaseConfig(lease.namespace, lease.name, identity, url))
+    service.elector.start()
 
 
 def _print_plan(plan: sync.Plan, dry_run: bool, as_json: bool) -> None:
@@ -354,9 +414,7 @@ def slurm_local(folder: Path, node_list: str, port: int | None) -> None:
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"export SLURM_CONF={slurm.conf}")
-    click.echo(
-        f"slurmrestd: --scheduler-url http://slurmrestd/slurm/v0.0.38 --scheduler-socket {slurm.rest_socket}"
-    )
+    click.echo(f"slurmrestd: --scheduler-url http://slurmrestd --scheduler-socket {slurm.rest_socket}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while True:

@@ -3,6 +3,7 @@ twin's slurmrestd-style jobs endpoint), and Prometheus scrapes its ``fleetsight_
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fleetsight.components import Component, fleetsight_command, http_ok, scrape_own_port
@@ -19,6 +20,7 @@ def serve_command(
     alertmanagers: list[str] | None = None,
     prometheus: str | None = None,
     scheduler: str | None = None,
+    events_token_file: Path | None = None,
     extra: tuple[str, ...] = (),
 ) -> list[str]:
     """`fleetsight health serve` with the given sources: the one place its command line is built (the
@@ -31,6 +33,7 @@ def serve_command(
         "--scheduler-url": scheduler,
         "--state-dir": str(state_dir),
         "--cluster": cluster,
+        "--events-token-file": str(events_token_file) if events_token_file else None,
     }
     flags = [item for key, value in options.items() if value for item in (key, value)]
     return fleetsight_command("health", "serve", *flags, *extra)
@@ -44,7 +47,17 @@ def command(settings: Settings) -> list[str]:
         alertmanagers=[settings.url("alertmanager"), settings.url("alertmanager_b")],
         prometheus=settings.url("prometheus"),
         scheduler=settings.url("twin", "/slurm/v0.0.40"),
+        events_token_file=events_token_file(settings),
     )
+
+
+def events_token_file(settings: Settings) -> Path:
+    """The Alertmanager pair's webhook token (alerting/component.py writes it before either replica
+    starts; FLEETSIGHT_ALERTMANAGER_SECRETS_DIR moves it as it moves every Alertmanager secret)."""
+    folder = os.environ.get("FLEETSIGHT_ALERTMANAGER_SECRETS_DIR")
+    return (
+        Path(folder).expanduser() if folder else settings.config_dir("alertmanager")
+    ) / "health_events_token"
 
 
 COMPONENTS = [

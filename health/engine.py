@@ -1,7 +1,11 @@
 """The health state machine: signals in, one state per node out, with reasons, history and events.
 
 Pure logic with an explicit clock (``now`` arguments), so the service and the tests drive it the same
-way. The service feeds it one :class:`Observation` per refresh; readers take the immutable snapshot it
+way. Two ways in: a whole :class:`Observation` (:meth:`HealthEngine.update`: every node re-decided; the
+tests and the reconcile sweep's building block), or events (:meth:`HealthEngine.set_signal`,
+:meth:`HealthEngine.clear_signal`, :meth:`HealthEngine.replace_source`, then :meth:`HealthEngine.process`),
+which re-decide only the nodes they name plus the few whose held reasons, overrides or breaker hold are
+running out: the service's cost follows events, not nodes. Readers take the immutable snapshot it
 publishes (:meth:`HealthEngine.snapshot`), never the engine's working state.
 """
 
@@ -93,6 +97,7 @@ class NodeRecord:
     since: float = 0.0
     reasons: list[dict[str, Any]] = field(default_factory=list)
     recent: dict[str, tuple[Signal, float]] = field(default_factory=dict)  # key -> (signal, last seen)
+    active: dict[str, Signal] = field(default_factory=dict)  # key -> signal firing now (not yet cleared)
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_KEPT))
     drain_origin: str | None = None  # "auto" or "operator" while FleetSight wants it drained
     drain_reason: str = ""
@@ -140,6 +145,14 @@ class HealthEngine:
         self.sources_ok: dict[str, bool] = {}
         self._snapshot: dict[str, Any] = {"nodes": {}, "updated": None}
         self.started = now
+        self.inventory: dict[str, str] = {}  # node -> scalable unit, from the sources' node lists
+        self.unit_sizes: Counter[str] = Counter()
+        self.scheduler: dict[str, SchedulerView] = {}
+        self.dirty: set[str] = set()  # named by an event or an operator since the last process()
+        self.pending: set[str] = set()  # held reasons or unconfirmed signals: re-decided every process()
+        self.touched_at: dict[tuple[str, str], float] = {}  # (node, key) -> time of its last event
+        self.changed: set[str] = set()  # nodes re-decided by the last update/process (for renderers)
+        self.release_gate: Any = None  # health/validation.py: (node, drain_reason, now) -> may resume
         self._load()
 
     # ------------------------------------------------------------------------------ persistence
@@ -167,6 +180,7 @@ class HealthEngine:
             for saved_signal, last_seen in held:
                 kept = Signal(**saved_signal)
                 record.recent[kept.key] = (kept, float(last_seen))
+            self.pending.add(node)  # re-decided while held: its reasons shown, its clean_for counted
         for event in data.get("events", []):
             self.events.append(event)
 
@@ -208,6 +222,7 @@ class HealthEngine:
             raise ValueError(f"state {state!r} is not one of {', '.join(STATES)}")
         self.overrides[node] = Override(state, reason, by, now, now + ttl if ttl else None)
         record = self.nodes.setdefault(node, NodeRecord(since=now))
+        self.dirty.add(node)
         if state in ("draining", "drained", "repair"):
             record.drain_origin, record.drain_reason = "operator", reason
 
@@ -218,67 +233,190 @@ class HealthEngine:
         record = self.nodes.setdefault(node, NodeRecord(since=now))
         record.drain_origin, record.drain_reason = None, ""
         record.recent.clear()  # forget held reasons: the operator vouches for the node now
+        self.dirty.add(node)
         if ttl:
             self.overrides[node] = Override("healthy", reason, by, now, now + ttl)
 
-    # ------------------------------------------------------------------------------ the refresh
+    def remove_override(self, node: str) -> bool:
+        """Drop an operator's override; False if the node had none."""
+        self.dirty.add(node)
+        return self.overrides.pop(node, None) is not None
+
+    # ------------------------------------------------------------------------------ the whole fleet
     def update(self, obs: Observation, now: float) -> list[dict[str, Any]]:
-        """Apply one observation; returns the state-change events it produced."""
+        """Apply one observation of the whole fleet: every signal not in it stops firing (its reason is
+        then held for clean_for). Returns the state-change events it produced."""
+        self.set_inventory(obs.nodes)
+        self.sources_ok = dict(obs.sources_ok)
+        self.scheduler = dict(obs.scheduler)
+        by_node: dict[str, dict[str, Signal]] = {}
+        for signal in obs.signals:
+            if signal.effect != "ignore":
+                by_node.setdefault(signal.node, {})[signal.key] = signal
+        for node in set(obs.nodes) | set(by_node) | set(self.overrides) | set(obs.scheduler):
+            self._record(node, now)
+        for node, record in self.nodes.items():
+            record.active = by_node.get(node, {})
+        return self._evaluate(set(self.nodes), now)
+
+    def set_inventory(self, nodes: dict[str, str]) -> None:
+        """The fleet's nodes and their units (the breaker's denominators); new nodes start healthy."""
+        self.inventory = dict(nodes)
+        self.unit_sizes = Counter(nodes.values())
+        for node, unit in nodes.items():
+            record = self._record(node, self.last_update or 0.0)
+            if record.unit != unit:
+                record.unit = unit
+                self.dirty.add(node)
+
+    def _record(self, node: str, now: float) -> NodeRecord:
+        record = self.nodes.get(node)
+        if record is None:
+            record = self.nodes[node] = NodeRecord(since=now, unit=self.inventory.get(node, ""))
+            self.dirty.add(node)
+        return record
+
+    # ------------------------------------------------------------------------------ events
+    def set_signal(self, signal: Signal, now: float) -> None:
+        """A signal fires (or fires on): its node is re-decided at the next process()."""
+        if signal.effect == "ignore":
+            return
+        self._record(signal.node, now).active[signal.key] = signal
+        self.touched_at[(signal.node, signal.key)] = now
+        self.dirty.add(signal.node)
+
+    def clear_signal(self, node: str, key: str, now: float) -> None:
+        """A signal stopped: its reason is held for clean_for from now."""
+        record = self.nodes.get(node)
+        self.touched_at[(node, key)] = now
+        signal = record.active.pop(key, None) if record is not None else None
+        if record is not None and signal is not None:
+            confirmed = self.policy.confirm_for_s <= 0 or now - signal.since >= self.policy.confirm_for_s
+            if confirmed:  # held from its last sighting: now
+                record.recent[key] = (signal, now)
+            self.dirty.add(node)
+
+    def replace_source(
+        self, sources: set[str], signals: list[Signal], now: float, quiet_since: float | None = None
+    ) -> tuple[int, int]:
+        """Make the firing signals of these sources exactly ``signals`` (a sweep, a scheduler poll),
+        touching only the nodes whose signals differ. Keys an event touched after ``quiet_since`` are left
+        as the event set them (it is newer than the sweep's read). Returns (added, removed)."""
+        wanted = {(s.node, s.key): s for s in signals if s.effect != "ignore" and s.source in sources}
+        added = removed = 0
+        for node, record in self.nodes.items():
+            for key, signal in list(record.active.items()):
+                if (
+                    signal.source in sources
+                    and (node, key) not in wanted
+                    and not self._newer(node, key, quiet_since)
+                ):
+                    self.clear_signal(node, key, now)
+                    removed += 1
+        for (node, key), signal in wanted.items():
+            record = self.nodes.get(node)
+            if record is not None and key in record.active:
+                record.active[key] = signal  # fresher evidence, same reason: no re-decision needed
+            elif not self._newer(node, key, quiet_since):
+                self.set_signal(signal, now)
+                added += 1
+        if quiet_since is not None:  # what the sweep has seen past needs no protecting any more
+            self.touched_at = {k: t for k, t in self.touched_at.items() if t > quiet_since}
+        return added, removed
+
+    def _newer(self, node: str, key: str, since: float | None) -> bool:
+        return since is not None and self.touched_at.get((node, key), float("-inf")) > since
+
+    def set_scheduler(self, views: dict[str, SchedulerView]) -> None:
+        """The scheduler's view of every node; only nodes whose view changed are re-decided."""
+        for node in set(views) | set(self.scheduler):
+            if views.get(node) != self.scheduler.get(node):
+                self.dirty.add(node)
+                self._record(node, self.last_update or 0.0)
+        self.scheduler = dict(views)
+
+    def awaiting_scheduler(self) -> bool:
+        """Whether a drain waits for the scheduler to apply it (the scheduler is then read every tick)."""
+        return any(record.state == "draining" for record in self.nodes.values())
+
+    def process(self, now: float) -> list[dict[str, Any]]:
+        """Re-decide the nodes events named since the last call, and those whose held reasons,
+        unconfirmed signals, overrides or breaker hold may have run out."""
+        subset = self.dirty | self.pending | set(self.overrides) | set(self.breaker["held"])
+        return self._evaluate(subset, now)
+
+    # ------------------------------------------------------------------------------ deciding
+    def _evaluate(self, subset: set[str], now: float) -> list[dict[str, Any]]:
         policy = self.policy
         if self.last_update is not None:
-            self.observed_node_seconds += max(0.0, now - self.last_update) * len(obs.nodes)
+            self.observed_node_seconds += max(0.0, now - self.last_update) * len(self.inventory)
         self.last_update = now
-        self.sources_ok = dict(obs.sources_ok)
-        self.overrides = {n: o for n, o in self.overrides.items() if o.active(now)}
-        for node, record in self.nodes.items():  # an operator's drain ends with its override
+        expired = {n for n, o in self.overrides.items() if not o.active(now)}
+        self.overrides = {n: o for n, o in self.overrides.items() if n not in expired}
+        subset = subset | expired | set(self.breaker["held"])
+        self.dirty = set()
+        for node in subset:  # an operator's drain ends with its override
+            record = self._record(node, now)
             if record.drain_origin == "operator" and node not in self.overrides:
                 record.drain_origin, record.drain_reason = None, ""
         while self.grants and now - self.grants[0][0] > policy.breaker.window_s:
             self.grants.popleft()
-
-        by_node: dict[str, list[Signal]] = {}
-        for signal in obs.signals:
-            if signal.effect != "ignore" and now - signal.since >= policy.confirm_for_s:
-                by_node.setdefault(signal.node, []).append(signal)
-        for node in set(obs.nodes) | set(by_node) | set(self.overrides) | set(obs.scheduler):
-            record = self.nodes.setdefault(node, NodeRecord(since=now))
-            record.unit = obs.nodes.get(node, record.unit or "")
-
-        levels: dict[str, int] = {}
-        for node, record in self.nodes.items():
-            for signal in by_node.get(node, []):
-                record.recent[signal.key] = (signal, now)
-            record.recent = {
-                k: (s, seen) for k, (s, seen) in record.recent.items() if now - seen <= policy.clean_for_s
-            }
-            levels[node] = max((LEVELS[s.effect] for s, _ in record.recent.values()), default=0)
-
-        self._grant_drains(levels, obs, now)
+        # the whole fleet in its own order (as update() always did); a few nodes in name order
+        order = list(self.nodes) if len(subset) >= len(self.nodes) else sorted(subset)
+        levels = {node: self._refresh(node, self.nodes[node], now) for node in order}
+        self._grant_drains(levels, now)
         changes = []
-        for node, record in self.nodes.items():
-            state, reasons = self._decide(node, record, levels[node], obs.scheduler.get(node), now)
+        for node in order:
+            record = self.nodes[node]
+            state, reasons = self._decide(node, record, levels[node], self.scheduler.get(node), now)
             if state != record.state:
                 changes.append(self._transition(node, record, state, reasons, now))
             record.reasons = reasons
-        self._publish(now)
+        self.changed = set(order)
+        self._publish(now, order)
         return changes
 
-    def _grant_drains(self, levels: dict[str, int], obs: Observation, now: float) -> None:
-        """Automatic drains within the circuit breaker; releases what is clean again."""
-        for node, record in self.nodes.items():  # clean again (after hysteresis): no longer ours to drain
-            if record.drain_origin == "auto" and levels[node] < LEVELS["unhealthy"]:
+    def _refresh(self, node: str, record: NodeRecord, now: float) -> int:
+        """Count the node's firing signals as seen now, let go of what is clean for long enough, and
+        return its level. A node still holding something is re-decided at every process()."""
+        policy = self.policy
+        unconfirmed = False
+        for key, signal in record.active.items():
+            if (
+                policy.confirm_for_s <= 0 or now - signal.since >= policy.confirm_for_s
+            ):  # a clock ahead: still counts
+                record.recent[key] = (signal, now)
+            else:
+                unconfirmed = True
+        record.recent = {
+            k: (s, seen) for k, (s, seen) in record.recent.items() if now - seen <= policy.clean_for_s
+        }
+        if unconfirmed or len(record.recent) > len(record.active):
+            self.pending.add(node)
+        else:
+            self.pending.discard(node)
+        return max((LEVELS[s.effect] for s, _ in record.recent.values()), default=0)
+
+    def _grant_drains(self, levels: dict[str, int], now: float) -> None:
+        """Automatic drains within the circuit breaker, for the nodes being re-decided (``levels``; the
+        breaker's held nodes always are); releases what is clean again."""
+        for node, level in levels.items():  # clean again (after hysteresis): no longer ours to drain
+            record = self.nodes[node]
+            if record.drain_origin == "auto" and level < LEVELS["unhealthy"]:
+                if self.release_gate is not None and not self.release_gate(node, record.drain_reason, now):
+                    continue  # the checks its fault calls for have not passed yet (health/validation.py)
                 record.drain_origin, record.drain_reason = None, ""
         if not self.policy.auto_drain:
             return
         candidates = [
             n
-            for n, r in self.nodes.items()
-            if levels[n] >= LEVELS["unhealthy"]
-            and r.drain_origin is None
+            for n, level in levels.items()
+            if level >= LEVELS["unhealthy"]
+            and self.nodes[n].drain_origin is None
             and n not in self.overrides
-            and not self._drained_by_other(n, obs)  # already out of service: nothing to grant or count
+            and not self._drained_by_other(n)  # already out of service: nothing to grant or count
         ]
-        granted, held, scope = self._breaker_allows(candidates, obs)
+        granted, held, scope = self._breaker_allows(candidates)
         for node in granted:
             record = self.nodes[node]
             top = max(record.recent.values(), key=lambda item: LEVELS[item[0].effect])[0]
@@ -292,21 +430,18 @@ class HealthEngine:
         }
         self._set_breaker(sorted(set(held) | still_held), scope, now)
 
-    @staticmethod
-    def _drained_by_other(node: str, obs: Observation) -> bool:
-        view = obs.scheduler.get(node)
+    def _drained_by_other(self, node: str) -> bool:
+        view = self.scheduler.get(node)
         return view is not None and view.drained_by_other
 
-    def _breaker_allows(
-        self, candidates: list[str], obs: Observation
-    ) -> tuple[list[str], list[str], str | None]:
+    def _breaker_allows(self, candidates: list[str]) -> tuple[list[str], list[str], str | None]:
         """Split this refresh's candidates into granted and held. A batch that would exceed a unit's or
         the cluster's allowance in the window is held whole: many at once means a common cause."""
         breaker = self.policy.breaker
         by_unit: dict[str, list[str]] = {}
         for node in candidates:
             by_unit.setdefault(self.nodes[node].unit, []).append(node)
-        unit_sizes = Counter(obs.nodes.values())
+        unit_sizes = self.unit_sizes
         granted: list[str] = []
         held: list[str] = []
         scope = None
@@ -318,7 +453,7 @@ class HealthEngine:
                 scope = f"unit {unit}: {wanted} > {limit} in {breaker.window_s:.0f}s"
             else:
                 granted += nodes
-        cluster_limit = max(breaker.min_nodes, math.floor(breaker.max_cluster_fraction * len(obs.nodes)))
+        cluster_limit = max(breaker.min_nodes, math.floor(breaker.max_cluster_fraction * len(self.inventory)))
         wanted = len(self.grants) + len(granted)
         if granted and wanted > cluster_limit:
             held += granted
@@ -430,21 +565,16 @@ class HealthEngine:
         return event
 
     # ------------------------------------------------------------------------------ readers
-    def _publish(self, now: float) -> None:
-        nodes = {}
-        for node, record in sorted(self.nodes.items()):
-            nodes[node] = {
-                "node": node,
-                "state": record.state,
-                "since": iso(record.since),
-                "unit": record.unit,
-                "fit": record.state in FIT_STATES,
-                "reasons": record.reasons,
-                "drain": {"origin": record.drain_origin, "reason": record.drain_reason}
-                if record.drain_origin
-                else None,
-                "history": list(record.history),
-            }
+    def _publish(self, now: float, changed: list[str]) -> None:
+        """A new snapshot: the re-decided nodes' items replaced, the others' items shared with the last
+        one (readers hold the old snapshot undisturbed)."""
+        previous = self._snapshot["nodes"]
+        if len(changed) >= len(self.nodes) or any(n not in previous for n in changed):
+            nodes = {node: self._item(node, record) for node, record in sorted(self.nodes.items())}
+        else:
+            nodes = dict(previous)
+            for node in changed:
+                nodes[node] = self._item(node, self.nodes[node])
         self._snapshot = {
             "nodes": nodes,
             "updated": iso(now),
@@ -452,6 +582,21 @@ class HealthEngine:
                 self.breaker, since=iso(self.breaker["since"]) if self.breaker["since"] else None
             ),
             "sources": dict(self.sources_ok),
+        }
+
+    @staticmethod
+    def _item(node: str, record: NodeRecord) -> dict[str, Any]:
+        return {
+            "node": node,
+            "state": record.state,
+            "since": iso(record.since),
+            "unit": record.unit,
+            "fit": record.state in FIT_STATES,
+            "reasons": record.reasons,
+            "drain": {"origin": record.drain_origin, "reason": record.drain_reason}
+            if record.drain_origin
+            else None,
+            "history": list(record.history),
         }
 
     def snapshot(self) -> dict[str, Any]:

@@ -199,8 +199,10 @@ class KubernetesSources(Sources):
         super().__init__(policy, *args, **kwargs)
         self.api = api
 
-    def collect(self, now: float) -> list[SourceResult]:
-        results = super().collect(now)
+    def collect(self, now: float, only: set[str] | None = None) -> list[SourceResult]:
+        results = super().collect(now, only)
+        if only is not None and "kubernetes" not in only:  # the inventory is the sweep's to read
+            return results
         breaker = self.policy.breaker
         try:
             nodes = {
@@ -319,8 +321,10 @@ def status_patch(node: dict[str, Any], wanted: dict[str, str]) -> dict[str, Any]
     return {"status": {"conditions": [condition]}}
 
 
-def fetch_health(url: str, timeout: float, token: str | None) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """The service's node states and its drain list."""
+def fetch_health(
+    url: str, timeout: float, token: str | None
+) -> tuple[dict[str, dict[str, Any]] | None, set[str]]:
+    """The service's node states and its drain list; (None, {}) from a follower replica."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         with httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers) as client:
@@ -330,6 +334,8 @@ def fetch_health(url: str, timeout: float, token: str | None) -> tuple[dict[str,
             drain.raise_for_status()
     except httpx.HTTPError as exc:
         raise SyncError(f"cannot read the health service at {url}: {exc}") from exc
+    if nodes.headers.get("X-FleetSight-Role") == "follower":  # health/replica.py
+        return None, set()
     states = {item["node"]: item for item in nodes.json()["nodes"]}
     return states, {item["node"] for item in drain.json()["nodes"]}
 
@@ -365,6 +371,10 @@ def sync_kubernetes(
     """One round: every Kubernetes node the health service knows gets its condition, label, and by
     policy cordon and taints; nodes the service does not know are left alone."""
     states, drain = fetch_health(url, timeout, token)
+    if states is None:
+        # the sidecar of the follower replica: only the leader's is applied, so one writer patches nodes
+        log.info("event=kubernetes_sync_skipped reason=follower url=%s", url)
+        return []
     changes = []
     for node in sorted(api.nodes(), key=lambda n: n["metadata"]["name"]):
         name = node["metadata"]["name"]

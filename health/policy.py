@@ -57,6 +57,11 @@ class Policy:
     refresh_interval_s: float = 5.0
     source_timeout_s: float = 3.0
     events_kept: int = 10000
+    dcgm_fields_interval_s: float = 60.0
+    # Events drive the state; the sweep re-reads every source to repair what an event missed.
+    reconcile_interval_s: float = 300.0
+    batch_s: float = 0.2  # events arriving this close together are decided (and written) as one batch
+    scheduler_interval_s: float = 30.0  # the scheduler's view between sweeps (every tick while draining)
 
     def effect(self, signal: str, severity: str | None = None) -> str:
         """What a signal does to a node: ignore, degraded, unhealthy or repair."""
@@ -145,6 +150,10 @@ def from_dict(raw: dict[str, Any]) -> Policy:
         refresh_interval_s=parse_duration(refresh.get("interval", "5s"), "refresh.interval"),
         source_timeout_s=parse_duration(refresh.get("source_timeout", "3s"), "refresh.source_timeout"),
         events_kept=int(refresh.get("events_kept", 10000)),
+        dcgm_fields_interval_s=parse_duration(refresh.get("dcgm_fields", "1m"), "refresh.dcgm_fields"),
+        reconcile_interval_s=parse_duration(refresh.get("reconcile", "5m"), "refresh.reconcile"),
+        batch_s=parse_duration(refresh.get("batch", "0.2s"), "refresh.batch"),
+        scheduler_interval_s=parse_duration(refresh.get("scheduler", "30s"), "refresh.scheduler"),
     )
 
 

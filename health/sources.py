@@ -1,9 +1,10 @@
 """Where the health service's signals come from, each over its real protocol:
 
 - Alertmanager API v2 (``GET /api/v2/alerts``): the alerts firing for a node (label ``node``);
-- Prometheus HTTP API: the node list and scalable units (``up`` targets' labels), exporter reachability
-  (``up == 0``), the anomaly service's ``fleetsight_straggler``, and ``ALERTS`` when there is no
-  Alertmanager;
+- Prometheus HTTP API: the node list and scalable units (``up`` targets' labels), the anomaly service's
+  ``fleetsight_straggler``, and ``ALERTS`` when there is no Alertmanager. A raw ``up == 0`` is no signal:
+  one missed scrape is noise; the ``NodeDown`` / ``ExporterDown`` alerts carry reachability with the
+  debounce (``for:``) their rules give it;
 - the anomaly service's ``GET /v1/stragglers``;
 - the scheduler's own view: slurmrestd-style ``/nodes`` and ``/jobs`` (real slurmrestd or the twin).
 
@@ -22,6 +23,9 @@ from typing import Any
 
 import httpx
 
+from fleetsight.dcgm import NEEDED_FIELDS, missing_fields_promql, names_of
+from fleetsight.slurmrest import SlurmRest, job_nodes, job_states
+
 from .engine import SchedulerView, Signal
 from .policy import Policy
 
@@ -37,6 +41,8 @@ class SourceResult:
     nodes: dict[str, str] = field(default_factory=dict)
     scheduler: dict[str, SchedulerView] = field(default_factory=dict)
     error: str = ""
+    # Prometheus only: the needed DCGM fields dcgm-exporter does not publish (missing_dcgm_fields)
+    dcgm_fields: list[dict[str, Any]] | None = None
 
 
 def parse_time(value: str | None, default: float) -> float:
@@ -69,6 +75,30 @@ def expand_hostlist(expression: str) -> list[str]:
             for number in range(int(low), int(high or low) + 1):
                 names.append(f"{prefix}{number:0{len(low)}d}{suffix}")
     return names
+
+
+def missing_dcgm_fields(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prometheus's answer to missing_fields_promql() as one entry per missing field: its names, the
+    nodes lacking it per cluster, and the alerts and signals it blinds (NEEDED_FIELDS, the same list
+    as the DCGMFieldsMissing alert's)."""
+    nodes: dict[str, dict[str, int]] = {}
+    for item in series:
+        labels = item.get("metric", {})
+        nodes.setdefault(labels.get("field", ""), {})[labels.get("cluster", "")] = int(
+            float(item["value"][1])
+        )
+    return [
+        {
+            "field": need.field,
+            "names": list(names_of(need.field)),
+            "nodes_without_it": nodes[need.field],
+            "blinds_alerts": list(need.alerts),
+            "blinds_signals": list(need.signals),
+            "note": need.note,
+        }
+        for need in NEEDED_FIELDS
+        if need.field in nodes
+    ]
 
 
 def split_urls(urls: str | None) -> list[str]:
@@ -105,18 +135,29 @@ class Sources:
         self.scheduler_client = httpx.Client(
             timeout=policy.source_timeout_s, headers=headers, transport=transport
         )
+        # a base URL (http://slurmrestd:6820: the newest API version it offers, from its OpenAPI
+        # document) or a versioned one (http://slurmrestd:6820/slurm/v0.0.38, pinned)
+        self.slurm = SlurmRest(self.scheduler_url, self.scheduler_client) if self.scheduler_url else None
         self.first_seen: dict[str, float] = {}  # Prometheus-derived signals carry no start time
         self.key_source: dict[str, str] = {}
         self.touched: set[str] = set()
         # The scheduler's last full node list (name -> state words, partitions), for service discovery:
         # None until /nodes has answered once; kept as it was when a later read fails.
         self.inventory: dict[str, dict[str, Any]] | None = None
+        # The fleet's missing DCGM fields change with a deployment, not a scrape: asked for once per
+        # policy.dcgm_fields_interval_s, the answer kept in between (None until Prometheus answered).
+        self.dcgm_fields: list[dict[str, Any]] | None = None
+        self.dcgm_fields_at = float("-inf")
 
     def close(self) -> None:
         self.client.close()
         self.scheduler_client.close()
 
-    def collect(self, now: float) -> list[SourceResult]:
+    def collect_one(self, name: str, now: float) -> list[SourceResult]:
+        """One source alone (the scheduler's poll between sweeps)."""
+        return self.collect(now, only={name})
+
+    def collect(self, now: float, only: set[str] | None = None) -> list[SourceResult]:
         self.touched: set[str] = set()
         results = [SourceResult("static", True, nodes={n: "" for n in self.static_nodes})]
         for name, url, method in (
@@ -125,7 +166,7 @@ class Sources:
             ("anomaly", self.anomaly_url, self._anomaly),
             ("scheduler", self.scheduler_url, self._scheduler),
         ):
-            if not url:
+            if not url or (only is not None and name not in only):
                 continue
             try:
                 results.append(method(now))
@@ -133,9 +174,12 @@ class Sources:
                 log.warning("event=source_failed source=%s error=%s", name, exc)
                 results.append(SourceResult(name, False, error=f"{type(exc).__name__}: {exc}"))
         # forget the start of signals gone this round (a source that failed keeps its own)
-        failed = {r.name for r in results if not r.ok}
+        # (and a source not read this round keeps its own too)
+        kept = {r.name for r in results if not r.ok}
+        if only is not None:
+            kept |= {"alertmanager", "prometheus", "anomaly", "scheduler"} - only
         self.first_seen = {
-            k: v for k, v in self.first_seen.items() if k in self.touched or self.key_source.get(k) in failed
+            k: v for k, v in self.first_seen.items() if k in self.touched or self.key_source.get(k) in kept
         }
         self.key_source = {k: v for k, v in self.key_source.items() if k in self.first_seen}
         return results
@@ -180,24 +224,31 @@ class Sources:
             log.warning("event=alertmanager_peer_failed errors=%s", "; ".join(failures))
         signals = []
         for alert in active:
-            labels = alert.get("labels", {})
-            node = node_of(labels)
-            if node is None or alert.get("status", {}).get("state", "active") != "active":
+            if alert.get("status", {}).get("state", "active") != "active":
                 continue
-            annotations = alert.get("annotations", {})
-            signals.append(
-                self._signal(
-                    node,
-                    labels.get("alertname", "unnamed"),
-                    "alertmanager",
-                    parse_time(alert.get("startsAt"), now),
-                    severity=labels.get("severity"),
-                    runbook=annotations.get("runbook_url", ""),
-                    summary=annotations.get("summary", ""),
-                    evidence={"labels": labels, "fingerprint": alert.get("fingerprint")},
-                )
-            )
+            signal = self.alert_signal(alert, now)
+            if signal is not None:
+                signals.append(signal)
         return SourceResult("alertmanager", True, signals=signals, error="; ".join(failures))
+
+    def alert_signal(self, alert: dict[str, Any], now: float) -> Signal | None:
+        """The signal of one alert as Alertmanager gives it (API v2 or a webhook notification: the same
+        labels, so the same reason key), or None when it names no node."""
+        labels = alert.get("labels", {})
+        node = node_of(labels)
+        if node is None:
+            return None
+        annotations = alert.get("annotations", {})
+        return self._signal(
+            node,
+            labels.get("alertname", "unnamed"),
+            "alertmanager",
+            parse_time(alert.get("startsAt"), now),
+            severity=labels.get("severity"),
+            runbook=annotations.get("runbook_url", ""),
+            summary=annotations.get("summary", ""),
+            evidence={"labels": labels, "fingerprint": alert.get("fingerprint")},
+        )
 
     # ------------------------------------------------------------------------------ Prometheus
     def query(self, promql: str) -> list[dict[str, Any]]:
@@ -211,28 +262,12 @@ class Sources:
     def _prometheus(self, now: float) -> SourceResult:
         result = SourceResult("prometheus", True)
         breaker = self.policy.breaker
-        reach: dict[str, list[tuple[str, float]]] = {}
-        for series in self.query('up{node!=""}'):
+        for series in self.query('up{node!=""}'):  # the inventory only: reachability is an alert's
             labels = series["metric"]
             node = labels["node"]
             unit = labels.get(breaker.unit_label) or labels.get(breaker.unit_fallback_label) or ""
             if unit or node not in result.nodes:
                 result.nodes[node] = unit
-            reach.setdefault(node, []).append((labels.get("job", ""), float(series["value"][1])))
-        for node, jobs in reach.items():
-            down = sorted(job for job, value in jobs if value == 0)
-            if down:
-                key = f"{node}:exporter_unreachable"
-                result.signals.append(
-                    self._signal(
-                        node,
-                        "exporter_unreachable",
-                        "prometheus",
-                        self._since(key, now),
-                        summary=f"Prometheus cannot scrape {', '.join(down)} on {node}",
-                        evidence={"labels": {}, "down_jobs": down, "all_down": len(down) == len(jobs)},
-                    )
-                )
         for series in self.query("fleetsight_straggler > 0"):
             labels = series["metric"]
             node = labels.get("node")
@@ -241,6 +276,7 @@ class Sources:
                 result.signals.append(
                     self._straggler(node, labels, float(series["value"][1]), self._since(key, now))
                 )
+        result.dcgm_fields = self._dcgm_fields(now)
         if not self.alertmanager_url:
             for series in self.query('ALERTS{alertstate="firing"}'):
                 labels = series["metric"]
@@ -259,6 +295,34 @@ class Sources:
                         )
                     )
         return result
+
+    def _dcgm_fields(self, now: float) -> list[dict[str, Any]] | None:
+        if now - self.dcgm_fields_at >= self.policy.dcgm_fields_interval_s:
+            self.dcgm_fields = missing_dcgm_fields(self.query(missing_fields_promql()))
+            self.dcgm_fields_at = now
+        return self.dcgm_fields
+
+    def refresh_dcgm_fields(self, now: float) -> None:
+        """The missing-DCGM-fields answer on its own interval, between sweeps (Prometheus errors are the
+        next sweep's to report)."""
+        if self.prometheus_url:
+            try:
+                self._dcgm_fields(now)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                log.warning("event=dcgm_fields_failed error=%s", exc)
+
+    def straggler_event(self, item: dict[str, Any], now: float) -> Signal | None:
+        """The signal of one anomaly-service flag or clear (POST /v1/events/anomaly): the same reason
+        key as the same straggler read from /v1/stragglers or ``fleetsight_straggler``."""
+        node = item.get("node")
+        if not node:
+            return None
+        labels = {
+            "hpc_job": str(item.get("hpc_job", item.get("job", ""))),
+            "cause": str(item.get("cause", "")),
+        }
+        since = parse_time(item.get("since"), now)
+        return self._straggler(str(node), labels, float(item.get("score", 1.0)), since)
 
     def _straggler(self, node: str, labels: dict[str, str], score: float, since: float) -> Signal:
         job = labels.get("hpc_job", "")
@@ -295,14 +359,12 @@ class Sources:
     def _scheduler(self, now: float) -> SourceResult:
         result = SourceResult("scheduler", True)
         busy: set[str] = set()
-        jobs = self.scheduler_client.get(f"{self.scheduler_url}/jobs")
-        jobs.raise_for_status()
-        for job in jobs.json().get("jobs", []):
-            state = job.get("job_state")
-            states = state if isinstance(state, list) else [state]
-            if "RUNNING" in states or "COMPLETING" in states:
-                busy.update(expand_hostlist(job.get("nodes", "")))
-        nodes = self.scheduler_client.get(f"{self.scheduler_url}/nodes")
+        assert self.slurm is not None  # collect() calls this only with a scheduler URL
+        for job in self.slurm.json("jobs").get("jobs", []):
+            # v0.0.38 (22.05): job_state "RUNNING"; v0.0.40+ (23.11): ["RUNNING", "COMPLETING"]
+            if {"RUNNING", "COMPLETING"} & set(job_states(job)):
+                busy.update(job_nodes(job))
+        nodes = self.slurm.get("nodes")
         if nodes.status_code == 404:  # a jobs-only endpoint (older twins): busy nodes are all it knows
             result.scheduler = {n: SchedulerView(busy=True) for n in busy}
             return result

@@ -6,6 +6,10 @@ file) says it drained it AND Slurm still shows FleetSight's reason: a node an op
 re-drained with their own reason, is never resumed.
 
 LSF: ``badmin hclose -C "fleetsight: ..."`` and ``badmin hopen``, with the same ledger.
+
+Both write in batches: one command for every node that gets the same reason (``nodename=a,b,c``,
+``hclose -C R a b c``; at most BATCH nodes a command), so a burst of drains costs the scheduler a few
+calls, not one per node, and the ledger is saved once per command.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 import httpx
 
 from .engine import OUR_REASON_PREFIX
+
+BATCH = 500  # nodes per scheduler command (argument lists stay far below ARG_MAX)
 
 
 class SyncError(RuntimeError):
@@ -77,6 +83,26 @@ def run(command: list[str]) -> str:
     return result.stdout
 
 
+def batches(items: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """(node, reason) pairs -> (reason, nodes) groups of at most BATCH nodes, in reason then node order."""
+    by_reason: dict[str, list[str]] = {}
+    for node, reason in sorted(items, key=lambda item: (item[1], item[0])):
+        by_reason.setdefault(reason, []).append(node)
+    return [
+        (reason, nodes[start : start + BATCH])
+        for reason, nodes in by_reason.items()
+        for start in range(0, len(nodes), BATCH)
+    ]
+
+
+def scontrol_drain(nodes: list[str], reason: str) -> list[str]:
+    return ["scontrol", "update", f"nodename={','.join(nodes)}", "state=drain", f"reason={reason}"]
+
+
+def scontrol_resume(nodes: list[str]) -> list[str]:
+    return ["scontrol", "update", f"nodename={','.join(nodes)}", "state=resume"]
+
+
 # ---------------------------------------------------------------------------------- Slurm
 def slurm_nodes() -> dict[str, tuple[str, str]]:
     """node -> (state, reason) from sinfo (one line per node and partition; reason may hold spaces)."""
@@ -105,7 +131,6 @@ def plan_slurm(wanted: dict[str, str], current: dict[str, tuple[str, str]], ledg
                 plan.skipped.append((node, f"already drained by someone else: {slurm_reason}"))
             continue
         plan.drain.append((node, reason))
-        plan.commands.append(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
     for node in sorted(set(ledger.nodes) - set(wanted)):
         state, slurm_reason = current.get(node, ("", ""))
         if not is_drained(state):
@@ -114,7 +139,8 @@ def plan_slurm(wanted: dict[str, str], current: dict[str, tuple[str, str]], ledg
             plan.skipped.append((node, f"drained again by someone else ({slurm_reason}); left alone"))
         else:
             plan.resume.append(node)
-            plan.commands.append(["scontrol", "update", f"nodename={node}", "state=resume"])
+    plan.commands = [scontrol_drain(nodes, reason) for reason, nodes in batches(plan.drain)]
+    plan.commands += [scontrol_resume(nodes) for _, nodes in batches([(n, "") for n in plan.resume])]
     return plan
 
 
@@ -125,13 +151,14 @@ def sync_slurm(url: str, ledger_path: Path, dry_run: bool, timeout: float, token
     plan = plan_slurm(wanted, current, ledger)
     if dry_run:
         return plan
-    for node, reason in plan.drain:
-        run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
-        ledger.nodes[node] = reason
+    for reason, nodes in batches(plan.drain):
+        run(scontrol_drain(nodes, reason))
+        ledger.nodes.update(dict.fromkeys(nodes, reason))
         ledger.save()
-    for node in plan.resume:
-        run(["scontrol", "update", f"nodename={node}", "state=resume"])
-        ledger.nodes.pop(node, None)
+    for _, nodes in batches([(n, "") for n in plan.resume]):
+        run(scontrol_resume(nodes))
+        for node in nodes:
+            ledger.nodes.pop(node, None)
         ledger.save()
     for node, why in plan.skipped:
         if why.startswith(("no longer drained", "drained again")):
@@ -146,10 +173,9 @@ def plan_lsf(wanted: dict[str, str], ledger: Ledger) -> Plan:
     for node, reason in sorted(wanted.items()):
         if node not in ledger.nodes:
             plan.drain.append((node, reason))
-            plan.commands.append(["badmin", "hclose", "-C", reason, node])
-    for node in sorted(set(ledger.nodes) - set(wanted)):
-        plan.resume.append(node)
-        plan.commands.append(["badmin", "hopen", node])
+    plan.resume = sorted(set(ledger.nodes) - set(wanted))
+    plan.commands = [["badmin", "hclose", "-C", reason, *nodes] for reason, nodes in batches(plan.drain)]
+    plan.commands += [["badmin", "hopen", *nodes] for _, nodes in batches([(n, "") for n in plan.resume])]
     return plan
 
 
@@ -159,12 +185,13 @@ def sync_lsf(url: str, ledger_path: Path, dry_run: bool, timeout: float, token: 
     plan = plan_lsf(wanted, ledger)
     if dry_run:
         return plan
-    for node, reason in plan.drain:
-        run(["badmin", "hclose", "-C", reason, node])
-        ledger.nodes[node] = reason
+    for reason, nodes in batches(plan.drain):
+        run(["badmin", "hclose", "-C", reason, *nodes])
+        ledger.nodes.update(dict.fromkeys(nodes, reason))
         ledger.save()
-    for node in plan.resume:
-        run(["badmin", "hopen", node])
-        ledger.nodes.pop(node, None)
+    for _, nodes in batches([(n, "") for n in plan.resume]):
+        run(["badmin", "hopen", *nodes])
+        for node in nodes:
+            ledger.nodes.pop(node, None)
         ledger.save()
     return plan

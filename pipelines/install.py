@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fleetsight.settings import Settings
-from fleetsight.setup import InstallError, InstallStep, apt_step, remove_leftovers, run_logged
+from fleetsight.setup import (
+    InstallError,
+    InstallStep,
+    apt_step,
+    remove_leftovers,
+    run_logged,
+    stamp_matches,
+    write_stamp,
+)
 
 # The pins: change one and the next `fleetsight setup` re-installs (the stamp no longer matches).
 KAFKA_VERSION = "4.1.1"
@@ -85,11 +93,6 @@ SCRIPT_MODULES = (
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-def stamp_matches(home: Path, expected: str) -> bool:
-    stamp = home / STAMP_NAME
-    return stamp.is_file() and stamp.read_text().strip() == expected
 
 
 def require_tools(*tools: str) -> None:
@@ -229,7 +232,7 @@ def kafka_present(settings: Settings) -> bool:
     libs = kafka_home(settings) / "libs"
     return (
         shutil.which("java") is not None
-        and stamp_matches(kafka_home(settings), KAFKA_STAMP)
+        and stamp_matches(kafka_home(settings) / STAMP_NAME, KAFKA_STAMP)
         and all((libs / jar).is_file() for jar in KAFKA_REQUIRED_JARS)
         and (kafka_home(settings) / "config" / "log4j2.properties").is_file()
     )
@@ -246,7 +249,7 @@ def install_kafka(settings: Settings, log: Path) -> None:
             raise InstallError(f"Maven finished but these jars are missing: {', '.join(missing)}")
         (staged / "config").mkdir()
         (staged / "config" / "log4j2.properties").write_text(KAFKA_LOG4J2)
-        (staged / STAMP_NAME).write_text(KAFKA_STAMP + "\n")
+        write_stamp(staged / STAMP_NAME, KAFKA_STAMP)
         replace_dir(staged, kafka_home(settings))
     finally:
         shutil.rmtree(staged, ignore_errors=True)
@@ -347,7 +350,7 @@ def owner_is(path: Path, user: str) -> bool:
 
 def put_in_place(staged: Path, stamp: str, user: str | None, final: Path) -> None:
     """A staged OpenSearch install finished: stamped, owned by the user it runs as, then swapped in."""
-    (staged / STAMP_NAME).write_text(stamp + "\n")
+    write_stamp(staged / STAMP_NAME, stamp)
     if user:
         chown_tree(staged, user)
     replace_dir(staged, final)
@@ -359,7 +362,7 @@ def opensearch_present(settings: Settings) -> bool:
     user = opensearch_run_as()
     return (
         shutil.which("java") is not None
-        and stamp_matches(home, OPENSEARCH_STAMP)
+        and stamp_matches(home / STAMP_NAME, OPENSEARCH_STAMP)
         and (home / "bin" / "opensearch").is_file()
         and (home / "lib" / f"opensearch-{OPENSEARCH_VERSION}.jar").is_file()
         and (module / "plugin-descriptor.properties").is_file()
@@ -483,7 +486,7 @@ def opensearch_secured_present(settings: Settings) -> bool:
     user = opensearch_run_as()
     return (
         opensearch_present(settings)
-        and stamp_matches(home, OPENSEARCH_SECURED_STAMP)
+        and stamp_matches(home / STAMP_NAME, OPENSEARCH_SECURED_STAMP)
         and (plugin / "plugin-descriptor.properties").is_file()
         and (plugin / f"{SECURITY_PLUGIN}-{SECURITY_PLUGIN_VERSION}.jar").is_file()
         and (user is None or owner_is(home / "config", user))

@@ -1,20 +1,27 @@
 """Helpers every test may import (``from support import ...``): polling with a deadline (never sleeps
-as synchronisation), free loopback ports, the CLI as a subprocess."""
+as synchronisation), free loopback ports, the CLI as a subprocess, and real servers started for a test
+(a supervised :class:`Process`, Alertmanager, Prometheus) that are stopped when it is done."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpx
 import pytest
+import yaml
 
+from fleetsight.procs import stop_process
 from fleetsight.registry import port_offsets
 from fleetsight.settings import REPO_ROOT
 
@@ -103,3 +110,121 @@ def self_signed(folder: Path, common_name: str) -> tuple[Path, Path]:
         check=True, capture_output=True,
     )  # fmt: skip
     return cert, key
+
+
+class Process:
+    """A server started for the tests; its log is shown when it dies or fails to become ready."""
+
+    def __init__(self, name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.name, self.log = name, log
+        self.handle = log.open("wb")
+        self.popen = subprocess.Popen(
+            command, stdout=self.handle, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env or dict(os.environ)
+        )
+
+    def wait_ready(self, url: str, timeout: float = 30) -> None:
+        def ready() -> bool:
+            try:
+                return httpx.get(url, timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        self.wait_for(ready, what=f"{self.name} at {url}", timeout=timeout)
+
+    def wait_for(self, predicate: Callable[[], T], what: str, timeout: float = 60) -> T:
+        """Poll predicate until it holds, failing at once (with the log) if the process has died."""
+
+        def alive_and_ready() -> T:
+            if self.popen.poll() is not None:
+                pytest.fail(f"{self.name} exited {self.popen.returncode}:\n{self.log.read_text()[-3000:]}")
+            return predicate()
+
+        return wait_until(alive_and_ready, timeout=timeout, what=what)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            stop_process(self.popen, timeout_s=15)
+        self.handle.close()
+
+
+@contextlib.contextmanager
+def stopping(process: Process) -> Iterator[Process]:
+    """The process, stopped on leaving (a fixture's teardown, whatever the test did)."""
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@contextlib.contextmanager
+def served(process: Process, ready_url: str) -> Iterator[Process]:
+    """The process once ready_url answers 200; stopped on leaving, ready or not."""
+    with stopping(process):
+        process.wait_ready(ready_url)
+        yield process
+
+
+def installed(binary: str) -> str:
+    """The path of a server binary that `fleetsight setup` installs; fails the test without it."""
+    path = shutil.which(binary)
+    if path is None:
+        pytest.fail(f"{binary} is not installed: run `fleetsight setup`")
+    return path
+
+
+@contextlib.contextmanager
+def alertmanager_server(
+    folder: Path, config: dict[str, Any] | None = None, name: str = "alertmanager"
+) -> Iterator[str]:
+    """A real Alertmanager (Debian's) on a free loopback port, alone in its cluster, with this
+    configuration (default: every alert routed nowhere); its URL. name: the process's, in failures."""
+    binary = installed("prometheus-alertmanager")
+    config = config or {"route": {"receiver": "null", "group_wait": "1s"}, "receivers": [{"name": "null"}]}
+    (folder / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    command = [
+        binary,
+        f"--config.file={folder / 'alertmanager.yml'}",
+        f"--storage.path={folder / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with served(Process(name, command, folder / "alertmanager.log"), f"{url}/-/ready"):
+        yield url
+
+
+@contextlib.contextmanager
+def prometheus_server(folder: Path, config: dict[str, Any], port: int | None = None) -> Iterator[str]:
+    """A real Prometheus (Debian's) with this configuration on port (default: a free one); its URL."""
+    binary = installed("prometheus")
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = port or free_port()
+    command = [
+        binary,
+        f"--config.file={folder / 'prometheus.yml'}",
+        f"--storage.tsdb.path={folder / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with served(Process("prometheus", command, folder / "prometheus.log"), f"{url}/-/ready"):
+        yield url
+
+
+def prometheus_process(
+    folder: Path, port: int, config: dict[str, Any], log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """A real Prometheus (the one on PATH) with this configuration on this port, a bare process for the
+    caller to stop; its output goes to log (default: discarded)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    return subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={folder / 'prometheus.yml'}",
+            f"--storage.tsdb.path={folder / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log.open("w") if log else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )

@@ -455,13 +455,13 @@ def test_alertmanager_pair_forms_one_cluster(
     names = ("alertmanager-a", "alertmanager-b")
     cluster_ports = {name: free_port() for name in names}
     web_ports = {name: free_port() for name in names}
-    secret_example = REPO_ROOT / OPERATOR_DIR / "slack_webhook_url.example"
     for name in names:
         service = services[name]
         root = ContainerRoot(tmp_path / name, service)
-        (secret,) = service["secrets"]
-        root.place(secret["target"]).symlink_to(secret_example)
-        root.rewrite("/etc/alertmanager/alertmanager.yml", secret["target"], f"{root.root}{secret['target']}")
+        for secret in service["secrets"]:
+            target = secret["target"]
+            root.place(target).symlink_to(REPO_ROOT / OPERATOR_DIR / f"{secret['source']}.example")
+            root.rewrite("/etc/alertmanager/alertmanager.yml", target, f"{root.root}{target}")
         command = ["prometheus-alertmanager"]
         for argument in service["command"]:
             flag, _, value = argument.partition("=")
@@ -572,9 +572,29 @@ def test_alertmanager_gets_the_slack_secret_where_its_config_reads_it(
     services: dict[str, dict[str, Any]],
 ) -> None:
     config = yaml.safe_load((REPO_ROOT / "alerting" / "alertmanager.yml").read_text())
+    (health,) = [r for r in config["receivers"] if r["name"] == "fleetsight-health"]
+    (webhook,) = health["webhook_configs"]
+    events_token = webhook["http_config"]["authorization"]["credentials_file"]
     for name in ("alertmanager-a", "alertmanager-b"):
-        (secret,) = services[name]["secrets"]
-        assert secret == {"source": "slack_webhook_url", "target": config["global"]["slack_api_url_file"]}
+        assert services[name]["secrets"] == [
+            {"source": "slack_webhook_url", "target": config["global"]["slack_api_url_file"]},
+            {"source": "health_events_token", "target": events_token},
+        ]
+
+
+def test_health_events_token_is_one_secret_for_its_sender_and_its_checker(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    # Alertmanager's receiver (above), the anomaly service and the health service must hold the same
+    # token, or every webhook is refused with 401 and health falls back to the slow sweep.
+    health = services["health"]
+    assert "health_events_token" in health["secrets"]
+    assert "--events-token-file=/run/secrets/health_events_token" in health["command"]
+    anomaly = services["anomaly"]
+    assert "health_events_token" in anomaly["secrets"]
+    env = anomaly["environment"]
+    assert env["FLEETSIGHT_ANOMALY_HEALTH_TOKEN_FILE"] == "/run/secrets/health_events_token"
+    assert env["FLEETSIGHT_ANOMALY_HEALTH_URL"] == "http://health:9441"
 
 
 # ------------------------------------------------------------------- FleetSight's own services
@@ -617,11 +637,11 @@ def grafana_expand(grafana: dict[str, Any], value: str) -> str:
 
 def grafana_datasources(grafana: dict[str, Any]) -> list[dict[str, Any]]:
     """The datasources of the files compose mounts one by one into Grafana's datasources folder (the
-    logs one is compose's own, with a login; the others are shared with the local Grafana)."""
+    logs one is compose's own, with a login; the others are the shared provisioning files)."""
     mounts = bind_mounts(grafana)
     folder = PurePosixPath("/etc/grafana/provisioning/datasources")
     files = sorted(host for target, host in mounts.items() if PurePosixPath(target).parent == folder)
-    # Every datasource the local Grafana has, compose has too (under the same file name).
+    # Every datasource of the shared provisioning files, compose has too (under the same file name).
     shared = {path.name for path in (GRAFANA_PROVISIONING / "datasources").glob("*.yml")}
     assert shared == {path.name for path in files}
     return [source for path in files for source in yaml.safe_load(path.read_text())["datasources"]]
@@ -743,7 +763,7 @@ def test_dockerfile_base_user_and_entrypoint() -> None:
     (base,) = [args for op, args in instructions if op == "FROM"]
     assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?", base), base
     runs = " ".join(args for op, args in instructions if op == "RUN")
-    assert "uv sync --frozen --no-dev" in runs
+    assert "uv sync --frozen --no-dev --all-extras" in runs  # the image runs anomaly, chatbot, twin
     users = [args for op, args in instructions if op == "USER"]
     assert users and users[-1] not in {"root", "0"} and not users[-1].startswith(("root:", "0:"))
     (entrypoint,) = [args for op, args in instructions if op == "ENTRYPOINT"]
@@ -812,6 +832,12 @@ def test_dockerfile_install_steps_work_from_the_build_context(tmp_path: Path) ->
         [str(venv / "bin" / "fleetsight"), "--help"], capture_output=True, text=True, timeout=60
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
+    # compose and the chart run the anomaly service, the chatbot, the twin and the report from this image
+    services = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sklearn, scipy, bm25s, numpy, matplotlib, starlette"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert services.returncode == 0, f"the image lacks a service's extra:\n{services.stderr[-2000:]}"
     dev_tools = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import pytest"], capture_output=True, timeout=60
     )

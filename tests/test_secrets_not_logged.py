@@ -32,6 +32,7 @@ CHATBOT_TOKEN = f"leakcheck-chatbot-{secrets.token_hex(8)}"
 SLACK_PATH = f"/services/T0LEAK/B0LEAK/leakcheck{secrets.token_hex(8)}"
 SLACK_SIGNING_SECRET = f"leakcheck-signing-{secrets.token_hex(8)}"
 LLM_KEY = f"sk-leakcheck-{secrets.token_hex(12)}"
+EVENTS_TOKEN = f"leakcheck-events-{secrets.token_hex(8)}"  # Alertmanager -> health webhook
 
 
 @contextmanager
@@ -113,6 +114,8 @@ def test_no_secret_value_appears_in_any_log(stack_env: StackEnv, tmp_path: Path)
     secrets_dir.mkdir()
     slack_url = stack_env.url("slack_sink", SLACK_PATH)
     (secrets_dir / "slack_webhook_url").write_text(slack_url)
+    # An operator's secrets folder holds the health webhook's token too (alerting/alertmanager.yml).
+    (secrets_dir / "health_events_token").write_text(EVENTS_TOKEN)
     seen_keys: list[str] = []
     with language_model(seen_keys) as llm_url:
         stack_env.env.update(
@@ -140,6 +143,7 @@ def test_no_secret_value_appears_in_any_log(stack_env: StackEnv, tmp_path: Path)
         "Slack URL": SLACK_PATH,
         "Slack signing secret": SLACK_SIGNING_SECRET,
         "LLM key": LLM_KEY,
+        "health events token": EVENTS_TOKEN,
     }
     leaks = [
         f"{path.relative_to(stack_env.run_dir)}: {what}"

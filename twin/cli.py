@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from fleetsight.logs import setup_logging
 
-from .scenario import SHIPPED_DIR, ScenarioError, load, parse_duration, parse_time, resolve
+from .scenario import (
+    DCGM_LABEL_MODES,
+    DCGM_XID_FORMS,
+    SHIPPED_DIR,
+    ScenarioError,
+    dcgm_settings,
+    load,
+    parse_duration,
+    parse_time,
+    resolve,
+)
 
 # The truth file's option, for every command that writes a run's folder (the evaluation layer's too).
 truth_option = click.option(
@@ -89,6 +100,29 @@ def cli() -> None:
     help="Also cut the run's dcgm-exporter history (with hpc_job) into Prometheus TSDB blocks here.",
 )
 @click.option(
+    "--dcgm-counters",
+    default=None,
+    help="dcgm-exporter counters file the twin publishes: shipped (exporters/dcgm/counters.csv), stock "
+    "(the pinned image's default-counters.csv) or a path; default: the scenario's, else shipped.",
+)
+@click.option(
+    "--dcgm-xid",
+    type=click.Choice(DCGM_XID_FORMS),
+    default=None,
+    help="Xid series: 4x (err_code/err_msg labels, the pinned dcgm-exporter) or 3x (value = last Xid).",
+)
+@click.option(
+    "--dcgm-labels",
+    type=click.Choice(DCGM_LABEL_MODES),
+    default=None,
+    help="dcgm-exporter's workload labels: bare, slurm (hpc_job) or kubernetes (pod, namespace, container).",
+)
+@click.option(
+    "--dcgm-pod-labels/--no-dcgm-pod-labels",
+    default=None,
+    help="With --dcgm-labels kubernetes: also the pods' labels, sanitised (--kubernetes-enable-pod-labels).",
+)
+@click.option(
     "--exit-at-end",
     is_flag=True,
     help="With --serve: stop when the scenario ends instead of serving its last state.",
@@ -104,6 +138,10 @@ def run(
     write_every: str | None,
     truth: Path | None,
     history: Path | None,
+    dcgm_counters: str | None,
+    dcgm_xid: str | None,
+    dcgm_labels: str | None,
+    dcgm_pod_labels: bool | None,
     exit_at_end: bool,
 ) -> None:
     """Run a scenario, writing each node's sysfs/procfs trees, kernel log and job logs under OUT/nodes/
@@ -118,11 +156,23 @@ def run(
       fleetsight twin run --scenario eval_small --out /tmp/e/twin --truth /tmp/e/truth.jsonl
       fleetsight twin run --scenario eval_small --out /tmp/e/twin --history /tmp/e/tsdb
       fleetsight twin run --scenario mixed_day --out /tmp/day --speed 60 --serve
+      fleetsight twin run --scenario demo --out /tmp/k8s --serve --dcgm-labels kubernetes --dcgm-pod-labels
     """
     from .runner import Runner, RunOptions, install_signal_handlers, parse_speed
 
     setup_logging()
     scenario = load_or_fail(scenario_name)
+    overrides = {
+        "counters": dcgm_counters,
+        "xid": dcgm_xid,
+        "labels": dcgm_labels,
+        "pod_labels": dcgm_pod_labels,
+    }
+    try:
+        dcgm = dcgm_settings({k: v for k, v in overrides.items() if v is not None}, scenario.dcgm)
+    except ScenarioError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dcgm-*") from None
+    scenario = replace(scenario, dcgm=dcgm)
     try:
         factor = parse_speed(speed)
         host, _, port_text = listen.rpartition(":")

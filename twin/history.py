@@ -16,12 +16,14 @@ from typing import IO
 
 import numpy as np
 
-from . import render
+from . import dcgm
 from .scenario import Scenario
 from .sim import G, Simulation
 
 CHUNK_S = 2 * 3600  # one TSDB block per chunk: Prometheus's own block range, aligned to the epoch
 DCGM_INSTANCE = "twin-backfill"
+# The fields the backfill keeps (names of the shipped counters file; the run's counters file decides the
+# names the blocks hold, so a field it lacks is left out, as a live scrape would).
 BACKFILL_FIELDS = (
     "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_GPU_TEMP",
@@ -29,12 +31,18 @@ BACKFILL_FIELDS = (
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     "DCGM_FI_DEV_XID_ERRORS",
     "DCGM_FI_DEV_ROW_REMAP_PENDING",
-    "DCGM_FI_DEV_ROW_REMAP_FAILED",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_FB_USED",
 )
+
+
+def backfill_fields(sim: Simulation) -> dict[str, dcgm.Field]:
+    """The backfilled fields the run's counters file publishes, by the name it publishes them under."""
+    wanted = {dcgm.field_id(name) for name in BACKFILL_FIELDS}
+    return {f.name: f for f in dcgm.metric_fields(sim.scenario.dcgm.counters) if f.id in wanted}
 
 
 class BackfillError(RuntimeError):
@@ -59,7 +67,7 @@ class HistoryRecorder:
 
     def __init__(self, sim: Simulation, ticks: int, rng: np.random.Generator | None = None) -> None:
         n = len(sim.nodes)
-        self.fields = {name: field for name, _, _, field, _ in render.DCGM_FIELDS if name in BACKFILL_FIELDS}
+        self.fields = backfill_fields(sim)
         self.history = History(
             {name: np.zeros((ticks, n, G), dtype=np.float32) for name in self.fields},
             np.zeros((ticks, n, G), dtype=bool),
@@ -82,8 +90,8 @@ class HistoryRecorder:
         history.present[tick] = sim.gpu_present & answered[:, None]
         running = np.array([sim.gpu_job(i) is not None for i in range(len(sim.nodes))])
         history.node_job[tick] = np.where(running, sim.node_job, -1)
-        for name, attribute in self.fields.items():
-            history.values[name][tick] = render.dcgm_array(sim, attribute)
+        for name, field in self.fields.items():
+            history.values[name][tick] = dcgm.values(sim, field.id)
         self.ticks += 1
 
     def recorded(self) -> History:
@@ -139,23 +147,47 @@ def write_openmetrics(
         handle.write("".join(f"up{{{target}}} {up[i]} {stamps[i]}\n" for i in range(ticks)))
         series += 1
         samples += ticks
+    fields = backfill_fields(sim)
     for name, values in history.values.items():
-        integer = name in render.INTEGER_FIELDS
         for node in range(len(sim.nodes)):
             target = dcgm_target_labels(sim, node).replace(DCGM_INSTANCE, host)
-            jobs_here = history.node_job[:, node]
-            for job_index in np.unique(jobs_here):
-                job = sim.jobs[job_index].spec.id if job_index >= 0 else None
-                for gpu in range(G):
-                    keep = present[:, node, gpu] & (jobs_here == job_index)
-                    if not keep.any():
-                        continue
-                    column = values[:, node, gpu]
-                    texts = column.astype(np.int64).astype(str) if integer else np.char.mod("%.6g", column)
-                    prefix = f"{name}{{{render.gpu_labels(sim, node, gpu, job)},{target}}} "
-                    handle.write("".join(f"{prefix}{texts[i]} {stamps[i]}\n" for i in np.nonzero(keep)[0]))
-                    series += 1
-                    samples += int(keep.sum())
+            counts = _write_node_field(handle, sim, history, fields[name], values, node, target, stamps)
+            series, samples = series + counts[0], samples + counts[1]
+    return series, samples
+
+
+def _write_node_field(
+    handle: IO[str],
+    sim: Simulation,
+    history: History,
+    field: dcgm.Field,
+    values: np.ndarray,
+    node: int,
+    target: str,
+    stamps: np.ndarray,
+) -> tuple[int, int]:
+    """One field of one node: a series per GPU and job that ran on it (and its idle time), and under
+    dcgm-exporter 4.x one per Xid value too (err_code is a label). Returns (series, samples)."""
+    jobs_here = history.node_job[:, node]
+    series = samples = 0
+    for job_index in np.unique(jobs_here):
+        job = sim.jobs[job_index] if job_index >= 0 else None
+        for gpu in range(G):
+            column = values[:, node, gpu]
+            keep = history.present[:, node, gpu] & (jobs_here == job_index)
+            groups = np.unique(column[keep]) if dcgm.splits_by_value(sim, field) else [None]
+            for value in groups:
+                rows = np.nonzero(keep if value is None else keep & (column == value))[0]
+                if not len(rows):
+                    continue
+                first = column[rows[0]]
+                texts = [dcgm.format_value(field.id, v) for v in column[rows]]
+                labels = dcgm.series_labels(sim, node, gpu, field, first, job)
+                prefix = f"{field.name}{{{labels},{target}}} "
+                handle.write(
+                    "".join(f"{prefix}{text} {stamps[i]}\n" for text, i in zip(texts, rows, strict=True))
+                )
+                series, samples = series + 1, samples + len(rows)
     return series, samples
 
 

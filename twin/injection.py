@@ -146,6 +146,8 @@ class FaultMixin:
             "jobs": fault.jobs,
             "effects": fault.effects,
         }
+        if "nodes" in fault.state:  # a switch fault: the hosts behind it, which its target does not name
+            fault.truth["nodes"] = fault.state["nodes"]
         self.truth_lines.append(fault.truth)
         self._fault_with_truth.append(fault)
         self.refresh_truth()
@@ -294,6 +296,8 @@ class FaultMixin:
     def _during_fault(self, fault: ActiveFault) -> None:
         if fault.spec.kind == "ib_link_flap":
             self._flap_tick(fault)
+        elif fault.spec.kind == "leaf_flap":
+            self._leaf_flap_tick(fault)
 
     # Benign disturbances: the node's job is disturbed for a while, nothing breaks.
     def _start_dataloader_hiccup(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
@@ -333,7 +337,7 @@ class FaultMixin:
         self._effect(
             fault,
             "dcgm",
-            f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS has bit {THROTTLE_HW_POWER_BRAKE} (HW Power Brake)",
+            f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS has bit {THROTTLE_HW_POWER_BRAKE} (HW Power Brake)",
         )
         self._effect(
             fault, "dcgm", f"DCGM_FI_DEV_POWER_USAGE <= {spec.magnitude:.0f} W on all GPUs of the node"
@@ -422,6 +426,62 @@ class FaultMixin:
             self._ib_port_up(node, port, 4)
         self.ib_width[node, port] = 4
 
+    def _start_leaf_flap(self, fault: ActiveFault, spec: FaultSpec, node: None) -> None:
+        """Every port of one leaf switch goes down and up ``magnitude`` times (a switch that reboots
+        or loses its ASIC): each host cabled to it sees its own HCA port flap on that leaf's rail."""
+        leaf = str(spec.target["switch"])
+        ports = [
+            (i, p) for i in range(len(self.nodes)) for p in range(P) if self.topology.leaf(i, p)[0] == leaf
+        ]
+        flaps = max(1, int(spec.magnitude))
+        rng = random.Random(stable_hash(self.scenario.seed, spec.id) & 0xFFFFFFFF)
+        times = sorted(rng.uniform(0, spec.duration * 0.8) for _ in range(flaps))
+        nodes = sorted({self.nodes[i] for i, _ in ports})
+        fault.state.update(ports=ports, nodes=nodes, flap_times=times, next=0, down_until=-1.0, down=[])
+        for i in sorted({i for i, _ in ports}):
+            job = self._job_on(i)
+            if job is not None and job.state == "RUNNING" and job.spec.id not in fault.jobs:
+                fault.jobs.append(job.spec.id)
+        rail = ports[0][1]  # validation named an existing leaf: it has ports, all on one rail
+        device = hw.IB_DEVICES[rail]
+        self._effect(
+            fault, "sysfs", f"class/infiniband/{device}/ports/1/counters/link_downed +{flaps} on {nodes}"
+        )
+        self._effect(
+            fault, "sysfs", f"class/infiniband/{device}/ports/1/state 1: DOWN while the leaf is down"
+        )
+        self._effect(fault, "kern.log", f"mlx5_core {hw.HCA_BDFS[rail]}: ... Link down / Link up")
+        self._effect(
+            fault, "ufm", f"every port of {leaf} Down while flapping; 'Link went down' / 'Link went up'"
+        )
+
+    def _leaf_flap_tick(self, fault: ActiveFault) -> None:
+        state = fault.state
+        if state["down_until"] >= 0 and self.t >= state["down_until"]:
+            self._leaf_up(fault)
+        times = state["flap_times"]
+        if (
+            state["next"] < len(times)
+            and self.t - fault.spec.onset >= times[state["next"]]
+            and not state["down"]
+        ):
+            state["next"] += 1
+            # A dead host's port is already dark: the leaf cannot take it down again.
+            state["down"] = [(i, p) for i, p in state["ports"] if self.alive[i] and self.ib_up[i, p]]
+            for i, p in state["down"]:
+                self._ib_port_down(i, p)
+            state["down_until"] = self.t + self.scenario.tick * (1 + self.prng.randrange(2))
+
+    def _leaf_up(self, fault: ActiveFault) -> None:
+        """Bring back the ports this fault took down (only those: another fault may hold a port down)."""
+        for i, p in fault.state["down"]:
+            if self.alive[i]:
+                self._ib_port_up(i, p, 4)
+        fault.state.update(down=[], down_until=-1.0)
+
+    def _end_leaf_flap(self, fault: ActiveFault, spec: FaultSpec, node: None) -> None:
+        self._leaf_up(fault)
+
     def _ib_port_down(self, node: int, port: int) -> None:
         self.ib_up[node, port] = False
         self.ib_counters["link_downed"][node, port] += np.uint64(1)
@@ -502,7 +562,7 @@ class FaultMixin:
             self._effect(fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_PENDING=1")
         if code == 64:
             self.remap_failed[node, gpu] = 1
-            self._effect(fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_FAILED=1")
+            self._effect(fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_FAILURE=1")
         if code in (48, 95):
             self.ecc_dbe[node, gpu] += 1
         if code in fc.XID_NEEDS_RESET:
@@ -549,6 +609,12 @@ class FaultMixin:
         self._effect(
             fault, "dcgm", f"gpu {gpu}: DCGM_FI_DEV_ROW_REMAP_PENDING=1, CORRECTABLE_REMAPPED_ROWS +{rows}"
         )
+
+    def _start_hbm_silent_corruption(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
+        # No counter moves: only a memory test under load finds it (twin/checks.py, DCGM level 3).
+        fault.state.update(gpu=self._gpu_target(spec))
+        gpu = fault.state["gpu"]
+        self._effect(fault, "checks", f"gpu {gpu}: fails DCGM level 3 memtest, nothing passive")
 
     def _end_hbm_row_remap(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
         self._reset_gpu(node, fault.state["gpu"])
@@ -666,6 +732,10 @@ class FaultMixin:
             m.comm_slow[node] *= 2.5
         elif spec.kind == "ib_link_flap" and self.ib_width[node, fault.state["port"]] < 4:
             m.comm_slow[node] *= 1.6
+        elif spec.kind == "leaf_flap" and fault.state["down"]:
+            # The leaf's rail is gone for every host on it: as a flapping port does to one host.
+            for i in sorted({i for i, _ in fault.state["down"]}):
+                m.comm_slow[i] *= 2.5
         elif spec.kind == "lustre_ost_slow":
             m.ost_slow[fault.state["ost"]] = max(m.ost_slow[fault.state["ost"]], spec.magnitude)
         elif spec.kind == "loss_spike" and fault.state.get("job"):

@@ -1,6 +1,7 @@
-"""The twin's network-facing views, each in its real protocol's format: dcgm-exporter's Prometheus
-text, a Redfish BMC's Chassis/Power/PowerSubsystem resources, UFM's REST resources and events, a
-slurmrestd 23.11's v0.0.40 jobs and nodes lists and Prometheus http_sd targets."""
+"""The twin's network-facing views, each in its real protocol's format: a Redfish BMC's
+Chassis/Power/PowerSubsystem resources, UFM's REST resources and events, a slurmrestd 23.11's v0.0.40
+jobs and nodes lists and Prometheus http_sd targets. dcgm-exporter's page is twin/dcgm.py's, generated
+from the counters file."""
 
 from __future__ import annotations
 
@@ -9,195 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from . import dcgm
 from . import hardware as hw
 from . import sim as simmod
 from .sim import Simulation, hostlist
-
-# (name, type, help, attribute on Simulation, scale)
-DCGM_FIELDS: tuple[tuple[str, str, str, str, float], ...] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "sm_clock", 1.0),
-    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "_mem_clock", 1.0),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "mem_temp", 1.0),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "gpu_temp", 1.0),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power", 1.0),
-    (
-        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
-        "gauge",
-        "Effective power limit that the driver enforces after taking into account all limiters (in W).",
-        "power_limit",
-        1.0,
-    ),
-    (
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "counter",
-        "Total energy consumption since boot (in mJ).",
-        "energy_mj",
-        1.0,
-    ),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", "pcie_replay", 1.0),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "gpu_util", 1.0),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", "mem_copy_util", 1.0),
-    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "_zero", 1.0),
-    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "_zero", 1.0),
-    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", "xid_last", 1.0),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", "_fb_free", 1.0),
-    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", "fb_used", 1.0),
-    (
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "counter",
-        "Total number of NVLink bandwidth counters for all lanes.",
-        "nvlink_total",
-        1.0,
-    ),
-    (
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "counter",
-        "Total number of single-bit volatile ECC errors.",
-        "ecc_sbe",
-        1.0,
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "counter",
-        "Total number of double-bit volatile ECC errors.",
-        "ecc_dbe",
-        1.0,
-    ),
-    (
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        "Number of remapped rows for uncorrectable errors",
-        "remap_uncorrectable",
-        1.0,
-    ),
-    (
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        "Number of remapped rows for correctable errors",
-        "remap_correctable",
-        1.0,
-    ),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILED", "gauge", "Whether remapping of rows has failed", "remap_failed", 1.0),
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "Whether remapping of rows is pending", "remap_pending", 1.0),
-    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons.", "throttle", 1.0),
-    (
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "gauge",
-        "Ratio of time the graphics engine is active.",
-        "gr_active",
-        1.0,
-    ),
-    (
-        "DCGM_FI_PROF_SM_ACTIVE",
-        "gauge",
-        "The ratio of cycles an SM has at least 1 warp assigned.",
-        "sm_active",
-        1.0,
-    ),
-    (
-        "DCGM_FI_PROF_SM_OCCUPANCY",
-        "gauge",
-        "The ratio of number of warps resident on an SM.",
-        "sm_occupancy",
-        1.0,
-    ),
-    (
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "gauge",
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-        "tensor",
-        1.0,
-    ),
-    (
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "gauge",
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-        "dram_active",
-        1.0,
-    ),
-    (
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gauge",
-        "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
-        "payloads - in bytes per second.",
-        "pcie_tx",
-        1.0,
-    ),
-    (
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gauge",
-        "The rate of data received over the PCIe bus - including both protocol headers and data "
-        "payloads - in bytes per second.",
-        "pcie_rx",
-        1.0,
-    ),
-)
-INTEGER_FIELDS = {
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "DCGM_FI_DEV_ENC_UTIL",
-    "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_ROW_REMAP_FAILED",
-    "DCGM_FI_DEV_ROW_REMAP_PENDING",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-    "DCGM_FI_PROF_PCIE_TX_BYTES",
-    "DCGM_FI_PROF_PCIE_RX_BYTES",
-}
-
-
-def dcgm_array(sim: Simulation, attribute: str) -> np.ndarray:
-    if attribute == "_mem_clock":
-        return np.full(sim.power.shape, hw.GPU_MEM_CLOCK)
-    if attribute == "_zero":
-        return np.zeros(sim.power.shape)
-    if attribute == "_fb_free":
-        return hw.GPU_FB_MIB - sim.fb_used
-    return getattr(sim, attribute)
-
-
-def gpu_labels(sim: Simulation, node: int, gpu: int, job: str | None) -> str:
-    labels = (
-        f'gpu="{gpu}",UUID="{sim.gpu_uuids[node][gpu]}",pci_bus_id="{hw.nvml_bus_id(hw.GPU_BDFS[gpu])}",'
-        f'device="nvidia{gpu}",modelName="{hw.GPU_MODEL}",Hostname="{sim.nodes[node]}"'
-    )
-    # dcgm-exporter adds hpc_job only for GPUs that a job-mapping file assigns to a job.
-    return labels + (f',hpc_job="{job}"' if job is not None else "")
-
-
-def dcgm_metrics(sim: Simulation, node: int) -> str:
-    """One node's dcgm-exporter /metrics page."""
-    job = sim.gpu_job(node)
-    present = [g for g in range(simmod.G) if sim.gpu_present[node, g]]
-    labels = [gpu_labels(sim, node, g, job) for g in present]
-    out: list[str] = []
-    for name, kind, help_text, attribute, _ in DCGM_FIELDS:
-        values = dcgm_array(sim, attribute)[node]
-        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
-        if name in INTEGER_FIELDS:
-            out.extend(
-                f"{name}{{{label}}} {int(values[g])}\n" for g, label in zip(present, labels, strict=True)
-            )
-        else:
-            out.extend(
-                f"{name}{{{label}}} {float(values[g]):.6g}\n"
-                for g, label in zip(present, labels, strict=True)
-            )
-    return "".join(out)
-
 
 # ---------------------------------------------------------------------------------------- Redfish
 CHASSIS_ID = "1"
@@ -278,6 +94,8 @@ def power_subsystem(sim: Simulation, node: int) -> dict[str, Any]:
                 "RedundancyType": "NPlusM",
                 "MaxSupportedInGroup": psus,
                 "MinNeededInGroup": psus - 2,
+                # Required by DMTF's Redundancy schema (RedundantGroup): the supplies in the group.
+                "RedundancyGroup": [{"@odata.id": f"{SUPPLIES}/PSU{i}"} for i in range(psus)],
                 "Status": {"State": "Enabled", "Health": _chassis_health(sim, node)},
             }
         ],
@@ -555,7 +373,8 @@ def _number(value: float | None) -> dict[str, Any]:
 
 def slurm_jobs(sim: Simulation) -> dict[str, Any]:
     jobs = []
-    for job in sim.jobs:
+    # A job on Kubernetes (its own `scheduler` key, else the dcgm label mode) is no Slurm job.
+    for job in (j for j in sim.jobs if dcgm.job_scheduler(sim.scenario.dcgm, j) != "kubernetes"):
         names = [sim.nodes[i] for i in job.nodes]
         count = job.spec.nodes if isinstance(job.spec.nodes, int) else len(job.spec.nodes)
         started = sim.unix(job.started_at) if job.started_at is not None else None

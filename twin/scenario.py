@@ -34,7 +34,13 @@ FAULT_KINDS = (
 )
 # Disturbances a healthy cluster has: listed in the truth with "benign": true (false flags if flagged).
 BENIGN_KINDS = ("dataloader_hiccup", "os_jitter", "slow_rank_logging")
-ALL_KINDS = FAULT_KINDS + BENIGN_KINDS
+# Faults no passive signal shows, found only by an intrusive check (twin/checks.py answers them); apart
+# from FAULT_KINDS so that drawn scenarios (which draw from FAULT_KINDS) stay what they were.
+SILENT_KINDS = ("hbm_silent_corruption",)
+# Faults of a fabric switch, not of a node: their target is a leaf switch (twin/hardware.py Topology),
+# and every host cabled to it sees them. Apart from FAULT_KINDS for the same reason as SILENT_KINDS.
+SWITCH_KINDS = ("leaf_flap",)
+ALL_KINDS = FAULT_KINDS + BENIGN_KINDS + SILENT_KINDS + SWITCH_KINDS
 
 # What "magnitude" means per kind, and its default.
 DEFAULT_MAGNITUDE: dict[str, float] = {
@@ -50,6 +56,8 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "lustre_ost_slow": 20.0,  # latency multiplier of the OST
     "gray_slow_node": 1.3,  # compute-time multiplier of the node
     "loss_spike": 4.0,  # loss multiplier
+    "hbm_silent_corruption": 1.0,  # HBM cells that flip under a memory test (DCGM level 3 memtest)
+    "leaf_flap": 4.0,  # times every port of the leaf goes down and up during the fault
     "dataloader_hiccup": 10.0,  # seconds the node's data loader stalls
     "os_jitter": 1.04,  # compute-time multiplier of the node
     "slow_rank_logging": 1.02,  # compute-time multiplier of the node whose rank logs slowly
@@ -69,6 +77,8 @@ MAGNITUDE_RANGE: dict[str, tuple[float, float, str]] = {
     "lustre_ost_slow": (1.0, 1000.0, "an OST latency multiplier, 1..1000"),
     "gray_slow_node": (1.001, 5.0, "a compute-time multiplier above 1 (slower), at most 5"),
     "loss_spike": (1.0, 1000.0, "a loss multiplier, 1..1000"),
+    "hbm_silent_corruption": (1.0, 1.0, "1 (the GPU's HBM corrupts data silently)"),
+    "leaf_flap": (1.0, 1000.0, "a number of flaps, 1..1000"),
     "dataloader_hiccup": (1.0, 120.0, "seconds of data-loader stall, 1..120"),
     "os_jitter": (1.0, 1.5, "a compute-time multiplier 1..1.5"),
     "slow_rank_logging": (1.0, 1.2, "a compute-time multiplier 1..1.2"),
@@ -87,6 +97,8 @@ TARGET_KEYS: dict[str, set[str]] = {
     "lustre_ost_slow": {"ost"},
     "gray_slow_node": {"node"},
     "loss_spike": {"job", "node"},
+    "hbm_silent_corruption": {"node", "gpu"},
+    "leaf_flap": {"switch"},
     "dataloader_hiccup": {"node"},
     "os_jitter": {"node"},
     "slow_rank_logging": {"node", "rank"},
@@ -211,6 +223,21 @@ REALISM_OFF = Realism(
 )
 
 
+DCGM_XID_FORMS = ("4x", "3x")
+DCGM_LABEL_MODES = ("bare", "slurm", "kubernetes")
+
+
+@dataclass(frozen=True)
+class DcgmSettings:
+    """How the twin's dcgm-exporter publishes (twin/dcgm.py; scenario key ``dcgm``, `twin run --dcgm-*`)."""
+
+    counters: str = "shipped"  # shipped (exporters/dcgm/counters.csv), stock (the pinned image's), or a path
+    xid: str = "4x"  # 4x: err_code/err_msg labels (the pinned image); 3x: one series, value = last Xid
+    labels: str = "slurm"  # bare, slurm (hpc_job on a job's GPUs) or kubernetes (pod, namespace, container)
+    pod_labels: bool = False  # kubernetes: --kubernetes-enable-pod-labels (sanitised pod labels)
+    pod_uid: bool = False  # kubernetes: --kubernetes-enable-pod-uid
+
+
 @dataclass(frozen=True)
 class JobSpec:
     id: str
@@ -225,6 +252,12 @@ class JobSpec:
     restart_delay: float
     user: str
     pipeline_stages: int = 1
+    # Who runs the job: "" follows the dcgm label mode (slurm: a Slurm job with hpc_job; kubernetes: a
+    # pod per node); "slurm" or "kubernetes" pins it, so both kinds run side by side in one twin. A
+    # Kubernetes job's controller (jobset or pytorchjob) decides its pods' names and labels.
+    scheduler: str = ""
+    controller: str = "jobset"
+    namespace: str = "training"
 
     @property
     def size(self) -> int:
@@ -260,6 +293,7 @@ class Scenario:
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     realism: Realism = field(default_factory=Realism)
+    dcgm: DcgmSettings = field(default_factory=DcgmSettings)
 
     def node_names(self) -> list[str]:
         return node_names(self.cluster.nodes)
@@ -360,7 +394,12 @@ JOB_KEYS = {
     "restart_delay",
     "user",
     "pipeline_stages",
+    "scheduler",
+    "controller",
+    "namespace",
 }
+JOB_SCHEDULERS = ("", "slurm", "kubernetes")
+JOB_CONTROLLERS = ("jobset", "pytorchjob")
 
 
 def _job(raw: Any, index: int, known: set[str], duration: float) -> JobSpec:
@@ -381,6 +420,7 @@ def _job(raw: Any, index: int, known: set[str], duration: float) -> JobSpec:
         raise ScenarioError(
             f"{where}.pipeline_stages: expected a divisor of the job's {size} nodes, got {stages!r}"
         )
+    scheduler, controller = _job_scheduler(raw, where)
     start = parse_duration(raw.get("start", 0), f"{where}.start")
     end = parse_duration(raw.get("end", duration), f"{where}.end")
     if start >= duration:
@@ -404,7 +444,22 @@ def _job(raw: Any, index: int, known: set[str], duration: float) -> JobSpec:
         restart_delay=parse_duration(raw.get("restart_delay", "60s"), f"{where}.restart_delay"),
         user=str(raw.get("user", "researcher")),
         pipeline_stages=stages,
+        scheduler=scheduler,
+        controller=controller,
+        namespace=str(raw.get("namespace", "training")),
     )
+
+
+def _job_scheduler(raw: dict[str, Any], where: str) -> tuple[str, str]:
+    scheduler = str(raw.get("scheduler", ""))
+    if scheduler not in JOB_SCHEDULERS:
+        raise ScenarioError(f"{where}.scheduler: expected slurm or kubernetes, got {scheduler!r}")
+    controller = str(raw.get("controller", "jobset"))
+    if controller not in JOB_CONTROLLERS:
+        raise ScenarioError(
+            f"{where}.controller: expected one of {', '.join(JOB_CONTROLLERS)}, got {controller!r}"
+        )
+    return scheduler, controller
 
 
 def _check_jobs_fit(jobs: tuple[JobSpec, ...], nodes: int) -> None:
@@ -484,6 +539,16 @@ def _check_target(
         raise ScenarioError(f"{where}.job: no job {target['job']!r} in jobs")
 
 
+def _check_switch(name: Any, cluster: ClusterSpec, where: str) -> None:
+    """A switch fault names one of the cluster's leaf switches."""
+    # Imported here: twin.hardware imports this module, and the leaf names are its to define.
+    from .hardware import Topology
+
+    leaves = Topology.build(cluster, 0).leaves()
+    if name not in leaves:
+        raise ScenarioError(f"{where}: expected a leaf switch ({leaves[0]}..{leaves[-1]}), got {name!r}")
+
+
 FAULT_KEYS = {"id", "kind", "target", "onset", "duration", "magnitude"}
 
 
@@ -499,7 +564,7 @@ def _fault(
     target = dict(_mapping(raw.get("target"), f"{where}.target"))
     node = target.get("node")
     known = set(node_names(cluster.nodes))
-    if kind not in ("lustre_ost_slow", "loss_spike") and node is None:
+    if kind not in ("lustre_ost_slow", "loss_spike", *SWITCH_KINDS) and node is None:
         raise ScenarioError(f"{where}.target.node: a {kind} fault needs a node")
     if node is not None and node not in known:
         raise ScenarioError(
@@ -509,6 +574,8 @@ def _fault(
         raise ScenarioError(f"{where}.target.ost: a lustre_ost_slow fault needs an OST index")
     if kind == "loss_spike" and "job" not in target and node is None:
         raise ScenarioError(f"{where}.target: a loss_spike fault needs a job or a node")
+    if kind in SWITCH_KINDS:
+        _check_switch(target.get("switch"), cluster, f"{where}.target.switch")
     _check_target(kind, target, cluster, jobs, f"{where}.target")
     magnitude = raw.get("magnitude", DEFAULT_MAGNITUDE[kind])
     if not isinstance(magnitude, int | float) or isinstance(magnitude, bool):
@@ -609,7 +676,28 @@ def _realism(value: Any) -> Realism:
     return replace(Realism(), **values)
 
 
+def dcgm_settings(value: Any, base: DcgmSettings | None = None) -> DcgmSettings:
+    """The ``dcgm`` mapping of a scenario (or CLI overrides) over ``base``; a counters path must exist."""
+    raw = _mapping(value, "dcgm") if value is not None else {}
+    _known_keys(raw, set(DcgmSettings.__dataclass_fields__), "dcgm")
+    settings = replace(base or DcgmSettings(), **raw)
+    if settings.xid not in DCGM_XID_FORMS:
+        raise ScenarioError(f"dcgm.xid: expected one of {', '.join(DCGM_XID_FORMS)}, got {settings.xid!r}")
+    if settings.labels not in DCGM_LABEL_MODES:
+        raise ScenarioError(
+            f"dcgm.labels: expected one of {', '.join(DCGM_LABEL_MODES)}, got {settings.labels!r}"
+        )
+    if not isinstance(settings.pod_labels, bool) or not isinstance(settings.pod_uid, bool):
+        raise ScenarioError("dcgm.pod_labels and dcgm.pod_uid: expected true or false")
+    if settings.counters not in ("shipped", "stock") and not Path(str(settings.counters)).is_file():
+        raise ScenarioError(
+            f"dcgm.counters: expected shipped, stock or a counters file, got {settings.counters!r}"
+        )
+    return settings
+
+
 TOP_KEYS = {
+    "dcgm",
     "name",
     "description",
     "seed",
@@ -697,4 +785,5 @@ def from_dict(raw: dict[str, Any]) -> Scenario:
         scrape_failure_rate=float(rate),
         description=str(raw.get("description", "")),
         realism=_realism(raw.get("realism")),
+        dcgm=dcgm_settings(raw.get("dcgm")),
     )

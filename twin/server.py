@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 
 from . import api as routes
-from . import render
+from . import dcgm, render
 from .api import JSON, text
 from .sim import Simulation
 
@@ -84,7 +84,7 @@ class TwinServer:
             cached = self.dcgm_cache.get(node)
             if cached is not None and cached[0] == sim.tick_index:
                 return 200, cached[1]
-            body = render.dcgm_metrics(sim, index)
+            body = dcgm.metrics(sim, index)
             self.dcgm_cache[node] = (sim.tick_index, body)
             return 200, body
 

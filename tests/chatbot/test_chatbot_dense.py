@@ -84,6 +84,32 @@ def test_hybrid_declines_out_of_scope(hybrid: Answerer, question: str) -> None:
     assert answer.declined and not answer.citations
 
 
+# From chatbot/eval/jobs_tuning.yaml (issue 35): near-domain questions no runbook answers.
+NEAR_DOMAIN = "what tensor parallel size should i use for a 70b model on 8 H100s"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [NEAR_DOMAIN, "what learning rate should I use for a 7B model", "how do I convert safetensors to gguf"],
+)
+def test_near_domain_questions_the_runbooks_do_not_cover_are_declined(
+    hybrid: Answerer, question: str
+) -> None:
+    answer = hybrid.answer(question, live=False)
+    assert answer.declined and not answer.citations
+
+
+def test_the_not_covered_check_is_what_declines_a_question_whose_words_match() -> None:
+    # Without the check, its words (H100, 8, model) clear the score threshold: it would be answered.
+    unchecked = Answerer(ChatConfig(repo_root=REPO_ROOT, mode="hybrid", not_covered_margin=None))
+    assert not unchecked.answer(NEAR_DOMAIN, live=False).declined
+
+
+def test_a_job_question_in_a_researchers_words_reaches_the_straggler_runbook(hybrid: Answerer) -> None:
+    answer = hybrid.answer("one machine is slowing my whole run", live=False)
+    assert not answer.declined and answer.cited_files[0] == "docs/runbooks/StragglerNode.md"
+
+
 def test_exact_tokens_still_find_their_runbook(hybrid: Answerer) -> None:
     answer = hybrid.answer("Xid 79", live=False)
     assert "docs/runbooks/GPUFellOffBus.md" in answer.cited_files[:3]

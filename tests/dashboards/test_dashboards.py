@@ -1,25 +1,37 @@
-"""Dashboards as code: committed JSON up to date, Grafana's types, and every query on real data."""
+"""Dashboards as code: committed JSON up to date, Grafana's types, datasource uids as provisioned, and
+every panel target through the project's own runner (Grafana's documented macros and variable formats,
+dashboards/templating.py) on real data: Prometheus scraping the twin, OpenSearch for the logs panels."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from anomaly.source import Queries
 from dashboards import build, catalog, verify
+from dashboards.cli import cli
+from dashboards.templating import Selected, interpolate
+from fleetsight.dcgm import names_of
 from fleetsight.settings import REPO_ROOT, Settings
-from support import StackEnv, wait_until
+from support import StackEnv, free_port_base, wait_until
 
 METRIC = re.compile(r"\b(DCGM_F[A-Z_]+|fleetsight_[a-z0-9_]+|ALERTS|up)\b")
 # Where the code that publishes a series lives, for series that appear only when something happens
 # (alerts, straggler flags, health states, Lustre server jobstats).
-PUBLISHERS = ("rules", "anomaly", "health", "exporters")
+PUBLISHERS = ("rules", "anomaly", "health", "exporters", "checks")
 # Series that only the live health and anomaly services write: a backfill cannot hold them, so their
 # panels are checked here, on a stack that runs both services. The straggler flags are left out: they
 # show only while a straggler is flagged (the history check covers them).
@@ -49,6 +61,12 @@ def test_a_schema_error_is_caught(tmp_path: Path) -> None:
 
 def metrics_of(expr: str) -> set[str]:
     return set(METRIC.findall(expr))
+
+
+def aliased_away(names: set[str], produced: set[str]) -> set[str]:
+    """Names to look for no further: a DCGM field read under all its names ({__name__=~"A|B"}) is
+    produced when the stack publishes it under one of them (fleetsight/dcgm.py ALIASES)."""
+    return {name for name in names if set(names_of(name)) - {name} & produced}
 
 
 def used_metrics() -> set[str]:
@@ -90,7 +108,9 @@ def test_every_metric_a_panel_uses_exists(live_metric_names: set[str]) -> None:
     ]
     missing = [
         name
-        for name in sorted(used_metrics() - live_metric_names)
+        for name in sorted(
+            used_metrics() - live_metric_names - aliased_away(used_metrics(), live_metric_names)
+        )
         if name != "ALERTS"
         and not any(re.search(rf"\b{name.removesuffix('_total')}\b", text) for text in sources)
     ]
@@ -149,7 +169,8 @@ def unproduced(queries: dict[str, str], recorded: set[str], produced: set[str], 
     for where, expr in queries.items():
         expr = RANGE_OR_SUBQUERY.sub("", expr)
         missing += [f"{where}: {name}" for name in sorted(set(RECORDED_NAME.findall(expr)) - recorded)]
-        for name in sorted(metrics_of(RECORDED_NAME.sub("", expr)) - produced - {"ALERTS"}):
+        names = metrics_of(RECORDED_NAME.sub("", expr))
+        for name in sorted(names - produced - aliased_away(names, produced) - {"ALERTS"}):
             stem = name.removesuffix("_total")
             if not any(re.search(rf"\b{stem}\b", text) for text in code):
                 missing.append(f"{where}: {name}")
@@ -190,7 +211,7 @@ def test_every_query_runs_and_the_variables_resolve(
             if variable.constant:
                 values[variable.name] = variable.query
                 continue
-            label = re.fullmatch(r"label_values\((\w+), (\w+)\)", variable.query)
+            label = re.fullmatch(r"label_values\(([\w:]+), (\w+)\)", variable.query)
             assert label, variable.query
             found = httpx.get(f"{url}/api/v1/label/{label.group(2)}/values",
                               params={"match[]": label.group(1)}).json()["data"]  # fmt: skip
@@ -254,3 +275,126 @@ def test_the_health_and_straggler_panels_show_the_live_services(
     # The anomaly service says why it scores nothing: its source's last error.
     anomaly = httpx.get(stack_env_module.url("anomaly", "/v1/stragglers")).json()["status"]
     assert not missing, f"empty with both services scraped: {missing}; anomaly service: {anomaly}"
+
+
+# ------------------------------------------------- datasources, broken panels, variables, logs panels
+COMPOSE_DATASOURCES = REPO_ROOT / "dashboards" / "compose" / "datasources"
+
+
+def test_every_target_names_a_provisioned_datasource_of_its_type() -> None:
+    """The uid (and type) of every panel and target of the committed JSON is a datasource the provisioning
+    files declare, in both sets (the shared one and compose's own logs file): else Grafana shows the panel
+    broken."""
+    shared = verify.datasources()
+    compose = {**shared, **verify.datasources(COMPOSE_DATASOURCES)}
+    used = []
+    for path in verify.dashboard_files():
+        dashboard = json.loads(path.read_text())
+        for panel in dashboard["panels"]:
+            refs = [panel.get("datasource"), *(t.get("datasource") for t in panel.get("targets", []))]
+            used += [(path.name, panel["title"], ref) for ref in refs if ref]
+        used += [
+            (path.name, v["name"], v["datasource"])
+            for v in dashboard.get("templating", {}).get("list", [])
+            if "datasource" in v
+        ]
+    assert {ref["uid"] for _, _, ref in used} == {catalog.PROMETHEUS, catalog.LOGS}
+    for sources in (shared, compose):
+        wrong = [(f, p, ref) for f, p, ref in used if sources.get(ref["uid"], {}).get("type") != ref["type"]]
+        assert not wrong, wrong
+
+
+def break_node_dashboard(folder: Path) -> list[str]:
+    """Copies of the committed dashboards, three panels of node.json broken (a metric nobody publishes, a
+    datasource uid nobody provisions, a PromQL syntax error); the broken panels' titles."""
+    for path in verify.dashboard_files():
+        shutil.copy(path, folder / path.name)
+    path = folder / "node.json"
+    dashboard = json.loads(path.read_text())
+    panels = [p for p in dashboard["panels"] if p.get("type") != "row" and p.get("targets")][:3]
+    panels[0]["targets"][0]["expr"] = 'fleetsight_no_such_metric_total{node="$node"}'
+    for part in [panels[1], *panels[1]["targets"]]:
+        part["datasource"] = {"type": "prometheus", "uid": "no-such-datasource"}
+    panels[2]["targets"][0]["expr"] = "sum(rate(DCGM_FI_DEV_POWER_USAGE[5m])"
+    path.write_text(json.dumps(dashboard, indent=2))
+    return [panel["title"] for panel in panels]
+
+
+def test_a_broken_panel_is_reported_naming_dashboard_and_panel(
+    stack_env_module: StackEnv, live_metric_names: set[str], tmp_path: Path
+) -> None:
+    """`dashboards verify --dir` on a copy with three broken panels: it exits 1, names the dashboard and
+    panel of the unprovisioned uid and of the syntax error, lists the unknown metric's panel as empty, and
+    reports nothing else of the copy as refused."""
+    wrong_metric, wrong_uid, bad_syntax = break_node_dashboard(tmp_path)
+    prometheus = stack_env_module.url("prometheus")
+    command = ["verify", "--dir", str(tmp_path), "--prometheus", prometheus, "--window", "600", "--no-types"]
+    result = CliRunner().invoke(cli, command)
+    print(result.output)
+    assert result.exit_code == 1, result.output
+    refused = [line for line in result.output.splitlines() if line.startswith("REFUSED ")]
+    node = "REFUSED fleetsight-node / "
+    assert any(line.startswith(f"{node}{wrong_uid}: datasource uid 'no-such-datasource'") for line in refused)
+    assert any(line.startswith(f"{node}{bad_syntax}: ") and "parse error" in line for line in refused)
+    assert len(refused) == 2, refused
+    assert f"empty   fleetsight-node / {wrong_metric}" in result.output.splitlines()
+
+
+def test_a_multi_value_variable_is_sent_as_grafana_escapes_it(
+    stack_env_module: StackEnv, live_metric_names: set[str]
+) -> None:
+    """A multi-value `$node` through the runner to the real Prometheus: `(a|b)` of regex-escaped values
+    parses, and a value with a regex metacharacter matches only itself (`n000.` is not a wildcard)."""
+    url = stack_env_module.url("prometheus")
+    nodes = sorted(httpx.get(f"{url}/api/v1/label/node/values",
+                             params={"match[]": "DCGM_FI_DEV_POWER_USAGE"}).json()["data"])  # fmt: skip
+    assert len(nodes) >= 2, nodes
+    chosen = Selected((nodes[0], nodes[1][:-1] + "."), multi=True)
+    expr = interpolate('count by (node) (DCGM_FI_DEV_POWER_USAGE{node=~"$node"})', {"node": chosen})
+    answer = httpx.get(f"{url}/api/v1/query", params={"query": expr}).json()
+    assert answer["status"] == "success", answer
+    assert {series["metric"]["node"] for series in answer["data"]["result"]} == {nodes[0]}
+
+
+@pytest.fixture
+def opensearch_url() -> Iterator[str]:
+    """OpenSearch in a stack of its own (`up` adds nothing to a running stack), its run folder outside
+    pytest's 0700 tmp folder: OpenSearch runs as nobody when the tests run as root."""
+    base = Path(tempfile.mkdtemp(prefix="fleetsight-dashboards-logs-"))
+    base.chmod(0o755)
+    port_base = free_port_base()
+    env = {**os.environ, "FLEETSIGHT_RUN_DIR": str(base / "run"), "FLEETSIGHT_PORT_BASE": str(port_base)}
+    stack = StackEnv(base / "run", port_base, env)
+    try:
+        stack.cli("up", "opensearch")
+        yield stack.url("opensearch")
+    finally:
+        stack.cli("down", "--timeout", "20", check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_logs_panels_run_against_opensearch(
+    stack_env_module: StackEnv, live_metric_names: set[str], opensearch_url: str
+) -> None:
+    """The researcher's step-time and loss panels, their Lucene query with `$hpc_job` expanded and the
+    date histogram the Elasticsearch datasource sends, against the real OpenSearch: a training-progress
+    document of the job is found; another job's panel stays empty."""
+    logs = opensearch_url
+    document = {
+        "@timestamp": datetime.now(UTC).isoformat(),
+        "fleetsight": {"hpc_job": "4242"},
+        "event": {"action": "training_progress"},
+        "training": {"step_time_ms": 812.5, "loss": 1.93},
+    }
+    indexed = httpx.post(f"{logs}/fleetsight-logs-app-test/_doc", params={"refresh": "true"}, json=document)
+    assert indexed.is_success, indexed.text
+    prometheus = stack_env_module.url("prometheus")
+
+    def logs_panels(job: str) -> dict[str, int]:
+        results = verify.run_queries(prometheus, {"hpc_job": job}, time.time(), 600, logs)
+        found = {r.panel: r.series for r in results if r.datasource == catalog.LOGS}
+        assert not [r.error for r in results if r.datasource == catalog.LOGS and r.error]
+        return found
+
+    assert logs_panels("4242") == {"Step time": 1, "Loss": 1}
+    assert logs_panels("4243") == {"Step time": 0, "Loss": 0}

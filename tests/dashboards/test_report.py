@@ -20,7 +20,7 @@ from evaluation import report as report_truth
 from fleetsight.components import http_ok
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT, free_port, wait_until
-from twin.truth import load_truth
+from twin.truth import load_faults
 
 SCENARIO = Path(__file__).with_name("report_scenario.yaml")
 # An NVSwitch fatal error and a slow OST, with the node agents: what only their series show.
@@ -139,7 +139,7 @@ def test_the_truth_comparison_agrees(report: dict, history: History) -> None:
     on the mixed day) on this scenario: every KPI within its tolerance, each failure found within
     3 minutes of its onset (a crashed host too, not only after Prometheus's 5-minute lookback),
     nothing invented."""
-    truth = report_truth.truth_figures(load_truth(history.truth), history.start, history.end, history.nodes)
+    truth = report_truth.truth_figures(load_faults(history.truth), history.start, history.end, history.nodes)
     assert truth["failures"] == len(history.faults)
     rows = report_truth.comparison(report, truth)
     assert all(ok for *_, ok in rows), report_truth.table(rows)

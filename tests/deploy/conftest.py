@@ -3,22 +3,19 @@ chart installed on it (one release), and an Alertmanager for the health service'
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-# The health tests' helpers (the health service, alerts through Alertmanager, a supervised process), as
-# pytest puts tests/health on sys.path for its own tests.
+# The health tests' helpers (the health service, alerts through Alertmanager), as pytest puts
+# tests/health on sys.path for its own tests.
 sys.path.append(str(Path(__file__).resolve().parents[1] / "health"))
 
-from health_helpers import Process
 from kube import CHART, CPU_NODES, GPU_NODES, NAMESPACE, RELEASE, Cluster, helm
 
-from support import free_port, wait_until
+from support import alertmanager_server, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -48,24 +45,5 @@ def release(cluster: Cluster) -> Cluster:
 
 @pytest.fixture(scope="session")
 def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("prometheus-alertmanager")
-    if binary is None:
-        pytest.fail("prometheus-alertmanager is not installed: run `fleetsight setup`")
-    folder = tmp_path_factory.mktemp("alertmanager")
-    config = {"route": {"receiver": "null", "group_wait": "1s"}, "receivers": [{"name": "null"}]}
-    (folder / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    command = [
-        binary,
-        f"--config.file={folder / 'alertmanager.yml'}",
-        f"--storage.path={folder / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-    process = Process("alertmanager", command, folder / "alertmanager.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_ready(f"{url}/-/ready")
+    with alertmanager_server(tmp_path_factory.mktemp("alertmanager")) as url:
         yield url
-    finally:
-        process.stop()

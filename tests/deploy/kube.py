@@ -19,10 +19,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from health_helpers import Process
 
 from fleetsight.settings import Settings
-from support import REPO_ROOT, free_port, wait_until
+from support import REPO_ROOT, Process, free_port, wait_until
 
 CHART = REPO_ROOT / "deploy" / "helm" / "fleetsight"
 NAMESPACE = "fleetsight"

@@ -6,6 +6,7 @@ the schema rejects bad values with a message that names the value; RBAC is least
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -17,6 +18,7 @@ import pytest
 import yaml
 from kube import CHART, helm
 
+from anomaly.jobs import DEFAULT_POD_LABEL_KEYS
 from support import REPO_ROOT
 
 FULL = Path(__file__).with_name("full-values.yaml")
@@ -56,25 +58,31 @@ def test_the_chart_lints_strictly(values: list[str]) -> None:
 
 def test_defaults_render_the_services_without_the_operator(default: list[dict[str, Any]]) -> None:
     found = kinds(default)
-    assert found["DaemonSet"] == ["fs-fleetsight-node-agent"]
+    assert sorted(found["DaemonSet"]) == ["fs-fleetsight-checks-light", "fs-fleetsight-node-agent"]
     assert sorted(found["Deployment"]) == [
         "fs-fleetsight-anomaly",
         "fs-fleetsight-chatbot",
+        "fs-fleetsight-checks",
         "fs-fleetsight-health",
     ]
+    assert found["CronJob"] == ["fs-fleetsight-checks-scheduler"]
     assert not OPERATOR_KINDS & set(found)
     pods = [o for o in default if o["kind"] in ("DaemonSet", "Deployment")]
-    for workload in pods:
+    for workload in [p for p in pods if p["metadata"]["name"] != "fs-fleetsight-checks-light"]:
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true", workload["metadata"]["name"]
 
 
 def test_full_values_render_every_part(full: list[dict[str, Any]]) -> None:
     found = kinds(full)
-    assert sorted(found["DaemonSet"]) == ["fs-fleetsight-dcgm-exporter", "fs-fleetsight-node-agent"]
+    assert sorted(found["DaemonSet"]) == [
+        "fs-fleetsight-checks-light",
+        "fs-fleetsight-dcgm-exporter",
+        "fs-fleetsight-node-agent",
+    ]
     assert "fs-fleetsight-fabric-exporter" in found["Deployment"]
     assert len(found["PrometheusRule"]) == len(list((REPO_ROOT / "rules").glob("*.yml")))
-    monitored = ("anomaly", "chatbot", "fabric-exporter", "health")
+    monitored = ("anomaly", "chatbot", "checks", "fabric-exporter", "health")
     assert sorted(found["ServiceMonitor"]) == [f"fs-fleetsight-{m}" for m in monitored]
     assert found["PersistentVolumeClaim"] == ["fs-fleetsight-health"]
     for monitor in (o for o in full if o["kind"] in OPERATOR_KINDS):
@@ -124,6 +132,7 @@ def test_dashboards_are_configmaps_for_the_grafana_sidecar(default: list[dict[st
     for path in files:
         config_map = maps[f"fs-fleetsight-dashboard-{path.stem}"]
         assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"]["grafana_folder"] == "FleetSight"
         assert json.loads(config_map["data"][path.name]) == json.loads(path.read_text())
 
 
@@ -158,25 +167,167 @@ def test_secrets_are_only_referenced(full: list[dict[str, Any]]) -> None:
     health = next(o for o in full if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-health"))
     volumes = {v["name"]: v for v in health["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tokens"]["secret"]["secretName"] == "fleetsight-health-tokens"
+    assert volumes["events-token"]["secret"]["secretName"] == "fleetsight-health-events"
 
 
-def test_only_the_health_service_gets_api_rights(full: list[dict[str, Any]]) -> None:
-    roles = [o for o in full if o["kind"] in ("Role", "ClusterRole")]
-    assert [r["metadata"]["name"] for r in roles] == ["fs-fleetsight-health"]
-    assert roles[0]["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+def test_the_events_token_is_one_secret_mounted_by_health_and_anomaly(default: list[dict[str, Any]]) -> None:
+    # the chart makes the Secret when none is named; health checks it, anomaly sends it
+    secrets = [o for o in default if o["kind"] == "Secret"]
+    (secret,) = [o for o in secrets if o["metadata"]["name"].endswith("-health-events")]
+    assert len(secret["data"]["token"]) >= 48
+    deployments = [o for o in default if o["kind"] == "Deployment"]
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in deployments}
+    for name in ("fs-fleetsight-health", "fs-fleetsight-anomaly"):
+        volumes = {v["name"]: v for v in pods[name]["volumes"]}
+        assert volumes["events-token"]["secret"]["secretName"] == secret["metadata"]["name"], name
+    (health,) = [c for c in pods["fs-fleetsight-health"]["containers"] if c["name"] == "health"]
+    assert "--events-token-file=/etc/fleetsight/events/token" in health["args"]
+    (anomaly,) = pods["fs-fleetsight-anomaly"]["containers"]
+    env = {e["name"]: e["value"] for e in anomaly["env"]}
+    assert env == {
+        "FLEETSIGHT_ANOMALY_HEALTH_URL": "http://fs-fleetsight-health:9441",
+        "FLEETSIGHT_ANOMALY_HEALTH_TOKEN_FILE": "/etc/fleetsight/events/token",
+    }
+
+
+def test_two_health_replicas_elect_one_writer_on_a_lease(default: list[dict[str, Any]]) -> None:
+    health = "fs-fleetsight-health"
+    (deployment,) = [o for o in default if o["kind"] == "Deployment" and o["metadata"]["name"] == health]
+    assert deployment["spec"]["replicas"] == 2
+    # one pod at a time: the survivor holds the state while the other is replaced
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    (container,) = [c for c in pod["containers"] if c["name"] == "health"]
+    assert "--leader-election-namespace=fleetsight" in container["args"]
+    assert f"--leader-election-name={health}" in container["args"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    (role,) = [o for o in default if o["kind"] == "Role" and o["metadata"]["name"] == f"{health}-leader"]
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [health],
+            "verbs": ["get", "update"],
+        },
     ]
-    binding = next(o for o in full if o["kind"] == "ClusterRoleBinding")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "fs-fleetsight-health", "namespace": "fleetsight"}
+    bindings = [o for o in default if o["kind"] == "RoleBinding"]
+    (binding,) = [o for o in bindings if o["roleRef"]["name"] == role["metadata"]["name"]]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": health, "namespace": "fleetsight"}]
+
+
+def test_persistence_is_for_one_health_replica() -> None:
+    args = ("--set", "health.persistence.enabled=true")
+    result = helm("template", "fs", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
+    assert result.returncode != 0 and "health.persistence is for one replica" in result.stderr
+
+
+def test_only_the_health_service_dcgm_exporter_and_checks_scheduler_get_api_rights(
+    full: list[dict[str, Any]],
+) -> None:
+    roles = {o["metadata"]["name"]: o["rules"] for o in full if o["kind"] == "ClusterRole"}
+    # the intrusive-check scheduler: Jobs in its own namespace only, pods read, node labels
+    scheduler = "fs-fleetsight-checks-scheduler"
+    jobs = [o for o in full if o["kind"] == "Role"]
+    assert [(o["metadata"]["name"], o["metadata"]["namespace"], o["rules"]) for o in jobs] == [
+        (
+            scheduler,
+            "fleetsight",
+            [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "create"]}],
+        )
     ]
+    binding = next(o for o in full if o["kind"] == "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": scheduler, "namespace": "fleetsight"}]
+    assert roles.pop(scheduler) == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    ]
+    assert roles == {
+        "fs-fleetsight-health": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        ],
+        # pod labels: dcgm-exporter gets the pod of each GPU, nothing more
+        "fs-fleetsight-dcgm-exporter": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+    }
+    subjects = {o["roleRef"]["name"]: o["subjects"] for o in full if o["kind"] == "ClusterRoleBinding"}
+    roles[scheduler] = []
+    assert subjects == {
+        name: [{"kind": "ServiceAccount", "name": name, "namespace": "fleetsight"}] for name in roles
+    }
     accounts = {
         o["metadata"]["name"]: o["automountServiceAccountToken"]
         for o in full
         if o["kind"] == "ServiceAccount"
     }
-    assert [name for name, mounted in accounts.items() if mounted] == ["fs-fleetsight-health"]
+    assert sorted(name for name, mounted in accounts.items() if mounted) == sorted(roles)
+
+
+def dcgm_exporter(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(
+        o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("dcgm-exporter")
+    )
+
+
+def test_dcgm_exporter_maps_gpus_to_pods_and_their_training_job_labels(full: list[dict[str, Any]]) -> None:
+    """--kubernetes with the kubelet's pod-resources socket, pod labels limited to the training-job
+    controllers' keys the anomaly service reads (anomaly/jobs.py), NODE_NAME for `Hostname`."""
+    pod = dcgm_exporter(full)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["DCGM_EXPORTER_KUBERNETES"] == "true"
+    assert env["DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"] == "true"
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    allowlist = [re.compile(p) for p in env["DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"].split(",")]
+    for key in DEFAULT_POD_LABEL_KEYS:
+        assert any(p.search(key) for p in allowlist), key
+    for other in ("app", "pod-template-hash", "jobset.sigs.k8s.io/job-key", "controller-uid"):
+        assert not any(p.search(other) for p in allowlist), other
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "pod-resources")
+    assert (mount["mountPath"], mount["readOnly"]) == ("/var/lib/kubelet/pod-resources", True)
+    volume = next(v for v in pod["volumes"] if v["name"] == "pod-resources")
+    assert volume["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    assert pod["automountServiceAccountToken"] is True
+
+
+def test_dcgm_exporter_without_kubernetes_mapping_has_no_rights_and_no_socket() -> None:
+    objects = render("--set", "dcgmExporter.enabled=true", "--set", "dcgmExporter.kubernetes.enabled=false")
+    pod = dcgm_exporter(objects)["spec"]["template"]["spec"]
+    names = {e["name"] for e in pod["containers"][0]["env"]}
+    assert not {n for n in names if n.startswith("DCGM_EXPORTER_KUBERNETES")}
+    assert "pod-resources" not in {v["name"] for v in pod["volumes"]}
+    assert pod["automountServiceAccountToken"] is False
+    assert "fs-fleetsight-dcgm-exporter" not in kinds(objects).get("ClusterRole", [])
+
+
+def test_the_dcgm_pod_monitor_labels_series_with_node(full: list[dict[str, Any]]) -> None:
+    """The rules join on `node`: the PodMonitor relabels dcgm-exporter's Hostname to node, as
+    metrics/prometheus.yml does for the dcgm job, and gives the target its node for `up`."""
+    monitor = next(
+        o for o in full if o["kind"] == "PodMonitor" and o["metadata"]["name"].endswith("dcgm-exporter")
+    )
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+    ]
+    production = yaml.safe_load((REPO_ROOT / "metrics" / "prometheus.yml").read_text())
+    dcgm_job = next(j for j in production["scrape_configs"] if j["job_name"] == "dcgm")
+    expected = [
+        {
+            "sourceLabels": [r["source_labels"][0]],
+            "regex": r["regex"],
+            "targetLabel": r["target_label"],
+            "replacement": r["replacement"],
+        }
+        for r in dcgm_job["metric_relabel_configs"]
+    ]
+    assert endpoint["metricRelabelings"] == expected
 
 
 @pytest.mark.parametrize(
@@ -188,11 +339,78 @@ def test_only_the_health_service_gets_api_rights(full: list[dict[str, Any]]) -> 
         (["--set", "nodeAgnet.enabled=false"], "nodeAgnet"),
         (["--set", "nodeAgent.resources.requests.memory=lots"], "nodeAgent.resources.requests.memory"),
         (["--set", "image.pullPolicy=Sometimes"], "image.pullPolicy"),
+        (["--set", "checks.light.checks={dcgm_diag_r3}"], "checks.light.checks"),
+        (["--set", "checks.light.interval=5"], "checks.light.interval"),
     ],
-    ids=["port", "interval", "fabric-without-ufm", "typo", "quantity", "pull-policy"],
+    ids=[
+        "port",
+        "interval",
+        "fabric-without-ufm",
+        "typo",
+        "quantity",
+        "pull-policy",
+        "intrusive-light",
+        "busy",
+    ],
 )
 def test_the_schema_rejects_bad_values_naming_them(args: list[str], message: str) -> None:
     result = helm("template", "fs", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr
     assert message in result.stderr, result.stderr
+
+
+def workload(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def test_the_light_checks_run_on_every_gpu_node_and_report_to_the_checks_service(
+    default: list[dict[str, Any]],
+) -> None:
+    light = workload(default, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]
+    agent = workload(default, "DaemonSet", "fs-fleetsight-node-agent")["spec"]["template"]
+    assert light["spec"]["nodeSelector"] == agent["spec"]["nodeSelector"]
+    assert light["spec"]["tolerations"] == agent["spec"]["tolerations"]  # FleetSight's taint too
+    assert light["spec"]["automountServiceAccountToken"] is False
+    args = light["spec"]["containers"][0]["args"]
+    assert args[:2] == ["checks", "run"] and "--node=$(NODE_NAME)" in args and "--every=900" in args
+    assert "--report=http://fs-fleetsight-checks:9443" in args
+    assert [a for a in args if a.startswith("--check=")] == [
+        "--check=row_remap",
+        "--check=power_brake",
+        "--check=link_errors",
+    ]
+    config = workload(default, "ConfigMap", "fs-fleetsight-checks-config")
+    tools = yaml.safe_load(config["data"]["tools.yml"])["tools"]
+    assert tools == {"dcgm_metrics": "http://${HOST_IP}:9400/metrics"}
+    service = workload(default, "Service", "fs-fleetsight-checks")
+    assert service["spec"]["ports"][0]["port"] == 9443
+    assert service["metadata"]["labels"]["fleetsight.io/job"] == "fleetsight-checks"
+
+
+def test_the_scheduler_cycles_on_a_cron_with_the_health_gate_and_leaf_map(full: list[dict[str, Any]]) -> None:
+    cron = workload(full, "CronJob", "fs-fleetsight-checks-scheduler")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"  # one pass at a time: the budget holds
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "fs-fleetsight-checks-scheduler"
+    args = pod["containers"][0]["args"]
+    assert args[:2] == ["checks", "kube-cycle"]
+    assert "--checks-url=http://fs-fleetsight-checks:9443" in args
+    assert "--health-url=http://fs-fleetsight-health:9441" in args
+    assert "--leaf-map=/etc/fleetsight/checks/leaf-map.yml" in args and "--budget=2" in args
+    config = workload(full, "ConfigMap", "fs-fleetsight-checks-config")
+    assert yaml.safe_load(config["data"]["leaf-map.yml"]) == {
+        "gpu-0": "leaf-a",
+        "gpu-1": ["leaf-a", "leaf-b"],
+    }
+    health = workload(full, "Deployment", "fs-fleetsight-health")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "FLEETSIGHT_CHECKS_URL", "value": "http://fs-fleetsight-checks:9443"} in health["env"]
+
+
+def test_without_the_checks_nothing_of_them_renders() -> None:
+    objects = render("--set", "checks.enabled=false")
+    assert not [o["metadata"]["name"] for o in objects if "checks" in o["metadata"]["name"]]
+    health = workload(objects, "Deployment", "fs-fleetsight-health")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "FLEETSIGHT_CHECKS_URL" not in {e["name"] for e in health.get("env", [])}

@@ -7,7 +7,6 @@ without a toleration evicted by kube-controller-manager's taint-eviction control
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,12 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from health_helpers import Process, fast_policy, node_state, post_alert, wait_state
+from health_helpers import fast_policy, node_state, post_alert, start_health, wait_state
 from kube import NAMESPACE, RELEASE, Cluster
 
-from health.component import serve_command
 from health.kubernetes import CONDITION, CORDONED, LABEL, TAINT_KEY, TAINTS
-from support import REPO_ROOT, free_port, wait_until
+from support import REPO_ROOT, stopping, wait_until
 
 NODES = [f"k{i:02d}" for i in range(1, 17)]  # units of 8 by their su label: k01-k08 unit01, k09-k16 unit02
 LEAF = NODES[8:]
@@ -41,23 +39,10 @@ def setup(
     kubeconfig = release.service_account_kubeconfig(NAMESPACE, health, folder / "health.kubeconfig")
     policy = fast_policy(kubernetes={"cordon": True, "taint": True, "no_execute_for": ["repair"]})
     policy["circuit_breaker"]["unit_label"] = "su"
-    (folder / "policy.yml").write_text(yaml.safe_dump(policy))
-    port = free_port()
-    command = serve_command(
-        f"127.0.0.1:{port}",
-        folder / "state",
-        policy=folder / "policy.yml",
-        cluster="test",
-        extra=("--alertmanager-url", alertmanager, "--kubernetes-nodes", "--no-breaker-alert"),
-    )
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "FLEETSIGHT_HEALTH_TOKENS": ""}
-    process = Process("health", command, folder / "health.log", env)
-    url = f"http://127.0.0.1:{port}"
-    process.wait_ready(f"{url}/-/ready")
-    try:
+    args = ["--alertmanager-url", alertmanager, "--kubernetes-nodes", "--no-breaker-alert"]
+    process, url = start_health(folder, policy, args, env={"KUBECONFIG": str(kubeconfig)})
+    with stopping(process):
         yield {"url": url, "kubeconfig": kubeconfig, "policy": folder / "policy.yml", "cluster": release}
-    finally:
-        process.stop()
 
 
 def sync(setup: dict[str, Any], *extra: str) -> dict[str, list[str]]:

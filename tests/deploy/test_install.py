@@ -24,7 +24,7 @@ def test_helm_install_deploys_the_release(release: Cluster) -> None:
     assert '"status":"deployed"' in status.stdout.replace(" ", "")
     apps = f"/apis/apps/v1/namespaces/{NAMESPACE}"
     deployments = {d["metadata"]["name"] for d in release.get(f"{apps}/deployments")["items"]}
-    assert deployments == {f"{RELEASE}-fleetsight-{c}" for c in ("anomaly", "health", "chatbot")}
+    assert deployments == {f"{RELEASE}-fleetsight-{c}" for c in ("anomaly", "health", "chatbot", "checks")}
     assert release.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{HEALTH}")["rules"][1] == {
         "apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]
     }  # fmt: skip
@@ -92,7 +92,9 @@ def test_every_part_installs_with_the_operators_crds(release: Cluster) -> None:
     assert sorted(m["metadata"]["name"] for m in release.get(f"{group}/podmonitors")["items"]) == [
         "full-fleetsight-dcgm-exporter", "full-fleetsight-node-agent"
     ]  # fmt: skip
-    assert len(release.get(f"{group}/servicemonitors")["items"]) == 4
+    assert sorted(m["metadata"]["name"] for m in release.get(f"{group}/servicemonitors")["items"]) == [
+        f"full-fleetsight-{c}" for c in ("anomaly", "chatbot", "checks", "fabric-exporter", "health")
+    ]
     path = "/apis/apps/v1/namespaces/full/daemonsets/full-fleetsight-dcgm-exporter"
     wait_until(
         lambda: release.get(path).get("status", {}).get("desiredNumberScheduled") == len(GPU_NODES),

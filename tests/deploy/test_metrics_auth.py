@@ -19,11 +19,10 @@ import bcrypt
 import httpx
 import pytest
 import yaml
-from health_helpers import Process
 from kube import CHART, NAMESPACE, RELEASE, Cluster, helm
 from test_chart import FULL, render
 
-from support import free_port
+from support import Process, free_port
 
 SECRET = f"{RELEASE}-fleetsight-metrics-auth"
 MOUNT = "/etc/fleetsight/metrics-auth"

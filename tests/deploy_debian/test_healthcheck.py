@@ -15,11 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from baremetal_helpers import REAL_API, REPO, HookedSlurm
-from health_helpers import Process, fast_policy, slurm_cluster, start_health
+from baremetal_helpers import REPO, HookedSlurm, slurm_health
+from health_helpers import fast_policy, slurm_cluster, start_health
 
 from exporters.node_web_files import NodeFiles, make_node_config
-from support import free_port, wait_until
+from support import Process, free_port, served, stopping, wait_until
 
 sys.path.insert(0, str(REPO / "deploy" / "slurm"))
 sys.path.insert(0, str(REPO / "tests" / "exporters"))
@@ -38,17 +38,10 @@ def slurm() -> Iterator[HookedSlurm]:
 
 @pytest.fixture(scope="module")
 def health(slurm: HookedSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    process, url = start_health(
-        tmp_path_factory.mktemp("health-hc"),
-        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),
-        ["--scheduler-url", REAL_API, "--scheduler-socket", str(slurm.rest_socket)],
-        tokens=f"{TOKEN}=read,override",
-    )
-    try:
+    process, url = slurm_health(tmp_path_factory.mktemp("health-hc"), slurm, tokens=f"{TOKEN}=read,override")
+    with stopping(process):
         wait_until(lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) == len(NODES), 20)
         yield url
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +52,9 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     kernlog = REPO / "tests" / "exporters" / "fixtures" / "kernlog" / "xid_generations.log"
     command = [sys.executable, "-m", "fleetsight.cli", "exporter", "node", "--node", "n0002", "--no-state"]
     command += ["--collector", "xid", "--kmsg-file", str(kernlog), "--listen", f"127.0.0.1:{port}"]
-    process = Process("node agent", command, folder / "agent.log")
     url = f"http://127.0.0.1:{port}/metrics"
-    try:
-        process.wait_ready(url)
+    with served(Process("node agent", command, folder / "agent.log"), url):
         yield url
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,14 @@
 from the cache under .cache/deb/ after the first build) and checked as far as this machine allows.
 
 No systemd as PID 1 and a shared host, so the packages are not installed into the real root: they are
-unpacked (`dpkg-deb -x`) into a throwaway root, where the file layout, the conffiles, the maintainer
-scripts (`sh -n`; dh_installsystemd's snippets present) and the installed units (`systemd-analyze
-verify`) are checked, and the installed node agent is started from its installed location and serves
-/metrics. What only a real install shows (adduser, deb-systemd-helper starting the units) is not run.
-The node agent's web configuration, which the node package's postinst makes, is made by the installed
-generator under a throwaway root, and the installed agent started with it."""
+unpacked (`dpkg-deb -x`) into a throwaway root (a host with the full runtime, fleetsight-python, and
+both the node and the central package; the node runtime alone: test_node_runtime.py), where the file
+layout, the conffiles, the maintainer scripts (`sh -n`; dh_installsystemd's snippets present) and the
+installed units (`systemd-analyze verify`) are checked, and the installed node agent is started from
+its installed location and serves /metrics. What only a real install shows (adduser, deb-systemd-helper
+starting the units) is not run. The node agent's web configuration, which the node package's postinst
+makes, is made by the installed generator under a throwaway root, and the installed agent started
+with it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import ssl
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,26 +27,29 @@ import bcrypt
 import httpx
 import pytest
 import yaml
-from baremetal_helpers import REPO
-from health_helpers import Process
+from baremetal_helpers import REPO, built_debs, tool, unpack
 
 from exporters.node_web_files import NodeFiles
-from support import free_port
+from support import Process, free_port, served
 
 sys.path.insert(0, str(REPO / "deploy" / "slurm"))
 import healthcheck
 
-PACKAGES = ("fleetsight-python", "fleetsight-node", "fleetsight-central")
+PACKAGES = ("fleetsight-python", "fleetsight-python-node", "fleetsight-node", "fleetsight-central")
 NODE_CONFFILES = {
     "/etc/fleetsight/node.env",
     "/etc/fleetsight/healthcheck.env",
+    "/etc/fleetsight/checks-light.env",
+    "/etc/fleetsight/checks-tools.yml",
     "/etc/fleetsight/rsyslog-fleetsight.conf",
+    "/etc/fleetsight/dcgm/counters.csv",
 }
 CENTRAL_CONFFILES = {
     "/etc/fleetsight/fabric.env",
     "/etc/fleetsight/anomaly.env",
     "/etc/fleetsight/health.env",
     "/etc/fleetsight/chatbot.env",
+    "/etc/fleetsight/checks.env",
     "/etc/fleetsight/health-policy.yml",
     "/etc/fleetsight/prometheus/prometheus.yml",
     "/etc/fleetsight/alertmanager/alertmanager.yml",
@@ -53,39 +57,16 @@ CENTRAL_CONFFILES = {
 }
 
 
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed: run `fleetsight setup`")
-    return found
-
-
 @pytest.fixture(scope="session")
 def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    for name in ("dpkg-buildpackage", "dh", "lintian"):
-        tool(name)
-    out = tmp_path_factory.mktemp("deb")
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "deploy.debian.build", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    print(f"\nmake deb: {time.monotonic() - started:.0f} s")
-    print("\n".join(line for line in result.stdout.splitlines() if line.startswith("deb:")))
-    return {p.name.split("_")[0]: p for p in out.glob("*.deb")}
+    return built_debs(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def root(debs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("root")
-    for deb in debs.values():
-        subprocess.run([tool("dpkg-deb"), "-x", str(deb), str(folder)], check=True, timeout=300)
-    return folder
+    """A host with the full runtime and both packages (the node runtime would install over it)."""
+    host = [deb for package, deb in debs.items() if package != "fleetsight-python-node"]
+    return unpack(host, tmp_path_factory.mktemp("root"))
 
 
 def control_file(deb: Path, name: str, tmp: Path) -> str:
@@ -96,7 +77,7 @@ def control_file(deb: Path, name: str, tmp: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def test_make_deb_builds_the_three_packages(debs: dict[str, Path]) -> None:
+def test_make_deb_builds_the_four_packages(debs: dict[str, Path]) -> None:
     assert sorted(debs) == sorted(PACKAGES)
 
 
@@ -130,13 +111,13 @@ def test_maintainer_scripts_parse_and_carry_the_unit_snippets(debs: dict[str, Pa
             if text:
                 check = subprocess.run(["sh", "-n", "-c", text], capture_output=True, text=True, check=False)
                 assert check.returncode == 0, f"{package} {script}: {check.stderr}"
-    postinst = control_file(debs["fleetsight-python"], "postinst", tmp_path)
-    assert "adduser --system" in postinst
+    for runtime in ("fleetsight-python", "fleetsight-python-node"):
+        assert "adduser --system" in control_file(debs[runtime], "postinst", tmp_path), runtime
     for package, units in (
-        ("fleetsight-node", ["fleetsight-node.service"]),
+        ("fleetsight-node", ["fleetsight-node.service", "fleetsight-checks-light.timer"]),
         (
             "fleetsight-central",
-            [f"fleetsight-{n}.service" for n in ("fabric", "anomaly", "health", "chatbot")],
+            [f"fleetsight-{n}.service" for n in ("fabric", "anomaly", "health", "chatbot", "checks")],
         ),
     ):
         postinst = control_file(debs[package], "postinst", tmp_path)
@@ -187,11 +168,8 @@ def installed_agent(root: Path, tmp_path: Path) -> Iterator[str]:
     command += ["--no-state", "--collector", "xid", "--kmsg-file", str(kernlog), f"--listen=127.0.0.1:{port}"]
     process = Process("installed node agent", command, tmp_path / "agent.log", env={"PATH": "/usr/bin:/bin"})
     url = f"http://127.0.0.1:{port}/metrics"
-    try:
-        process.wait_ready(url)
+    with served(process, url):
         yield url
-    finally:
-        process.stop()
 
 
 def test_installed_node_agent_starts_from_its_location_and_serves_metrics(
@@ -393,3 +371,37 @@ def purge(node: NodeFiles) -> None:
         ["sh", "-c", text, "postrm", "purge"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+# -- the health service's events token, made by the central package's postinst -----------------------------
+
+
+def env_value(path: Path, name: str) -> str:
+    (line,) = [x for x in path.read_text().splitlines() if x.startswith(f"{name}=")]
+    return line.split("=", 1)[1].strip('"')
+
+
+def test_the_central_postinst_makes_the_events_token_the_services_read_once(
+    debs: dict[str, Path], root: Path, tmp_path: Path
+) -> None:
+    token = "/etc/fleetsight/health-events-token"
+    # health checks the token the anomaly service sends, and both name the file the postinst makes
+    assert f"--events-token-file={token}" in env_value(root / "etc/fleetsight/health.env", "FLEETSIGHT_ARGS")
+    assert env_value(root / "etc/fleetsight/anomaly.env", "FLEETSIGHT_ANOMALY_HEALTH_TOKEN_FILE") == token
+    script = control_file(debs["fleetsight-central"], "postinst", tmp_path)
+    assert f"TOKEN={token}" in script
+    # the installed script, run as dpkg would (configure) with the path and group moved to this test
+    target = tmp_path / "health-events-token"
+    group = grp.getgrgid(os.getgid()).gr_name
+    runnable = script.replace(f"TOKEN={token}", f"TOKEN={target}")
+    runnable = runnable.replace("chgrp fleetsight", f"chgrp {group}")
+    # only the package's own part: the debhelper snippets (deb-systemd-helper) act on this host's systemd
+    runnable = runnable.split("# Automatically added by")[0].split("#DEBHELPER#")[0]
+    assert "deb-systemd-helper" not in runnable
+    subprocess.run(["sh", "-e", "-c", runnable, "postinst", "configure"], check=True, timeout=30)
+    made = target.read_text()
+    assert len(made) == 64 and int(made, 16) >= 0
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    target.write_text("the operator's own\n")
+    subprocess.run(["sh", "-e", "-c", runnable, "postinst", "configure"], check=True, timeout=30)
+    assert target.read_text() == "the operator's own\n"

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporters.node import NodeAgent, NodeOptions
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # H100 HGX-like bus numbers: GPUs, and the compute NIC next to each.
@@ -354,3 +356,19 @@ class JsonServer:
 
 def load_routes(name: str) -> dict[str, object]:
     return json.loads((FIXTURES / "redfish" / name).read_text())
+
+
+def bmc_agent(tmp_path: Path, **options) -> NodeAgent:
+    """A node agent running only the BMC collector (no NVML; its sysfs, procfs and kmsg under tmp_path)."""
+    return NodeAgent(
+        NodeOptions(
+            node="n0001",
+            sysfs_root=str(tmp_path / "sys"),
+            procfs_root=str(tmp_path / "proc"),
+            kmsg_file=str(tmp_path / "kern.log"),
+            nvml=False,
+            collectors=("bmc",),
+            bmc_interval_s=options.pop("bmc_interval_s", 0.0),
+            **options,
+        )
+    )

@@ -9,24 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from exporter_helpers import FIXTURES, JsonServer, load_routes, value
-
-from exporters.node import NodeAgent, NodeOptions
-
-
-def bmc_agent(tmp_path: Path, **options) -> NodeAgent:
-    return NodeAgent(
-        NodeOptions(
-            node="n0001",
-            sysfs_root=str(tmp_path / "sys"),
-            procfs_root=str(tmp_path / "proc"),
-            kmsg_file=str(tmp_path / "kern.log"),
-            nvml=False,
-            collectors=("bmc",),
-            bmc_interval_s=options.pop("bmc_interval_s", 0.0),
-            **options,
-        )
-    )
+from exporter_helpers import FIXTURES, JsonServer, bmc_agent, load_routes, value
 
 
 @pytest.fixture

@@ -168,3 +168,49 @@ def test_served_scrape_is_the_cached_snapshot_gzip_included(ufm):
         process.terminate()
         process.wait(timeout=10)
     assert process.returncode == 0, process.stdout.read() if process.stdout else ""
+
+
+def link_down(port: dict) -> dict:
+    """A port as UFM lists it while its link is down: no peer, Polling/Down."""
+    fields = ("peer", "peer_guid", "peer_node_name", "peer_port_dname", "peer_node_description")
+    cleared = dict.fromkeys(fields, "")
+    return {**port, **cleared, "physical_state": "Polling", "logical_state": "Down", "severity": "Critical"}
+
+
+def test_a_switch_port_names_the_host_behind_it_even_while_its_link_is_down(ufm):
+    exporter = exporter_for(ufm)
+    exporter.refresh()
+    text = exporter.snapshot.text.decode()
+    peer = {"switch": "leaf-r01-01", "switch_port": "1", "node": "n0001", "hca_port": "mlx5_0/1"}
+    assert value(text, "fleetsight_fabric_switch_port_peer_info", **peer) == 1
+    # The uplink to the spine and the never-cabled port 2 name no host.
+    assert value(text, "fleetsight_fabric_switch_port_peer_info", switch_port="33") is None
+    assert value(text, "fleetsight_fabric_switch_port_peer_info", switch_port="2") is None
+    ports = ROUTES["/ufmRest/resources/ports"]
+    ufm.routes["/ufmRest/resources/ports"] = [
+        link_down(p) if p["name"] in ("fc6a1c0300e0f000_1", "b8cef60300a1b2c0_1") else p for p in ports
+    ]
+    exporter.refresh()
+    text = exporter.snapshot.text.decode()
+    assert value(text, "fleetsight_fabric_switch_port_peer_info", **peer) == 1
+    # The down port keeps its label set (one series across the flap), value 0.
+    assert value(text, "fleetsight_fabric_port_up", side="switch", **peer) == 0
+    exporter.close()
+
+
+def test_the_peer_host_comes_from_ufms_peer_fields_when_its_port_is_not_listed(ufm):
+    """UFM filtered to switch ports (``?sys_type=Switch``) lists no host ports: the switch port's own
+    peer fields (peer_node_description "<host> <device>", peer_port_dname) name the host."""
+    switch_ports = [p for p in ROUTES["/ufmRest/resources/ports"] if p["description"] == "Switch IB Port"]
+    host_peer = {"peer_node_description": "n0001 mlx5_0", "peer_port_dname": "HCA-1/1"}
+    ufm.routes["/ufmRest/resources/ports"] = [
+        {**p, **host_peer} if p["name"] == "fc6a1c0300e0f000_1" else p for p in switch_ports
+    ]
+    exporter = exporter_for(ufm)
+    exporter.refresh()
+    text = exporter.snapshot.text.decode()
+    peer = {"switch": "leaf-r01-01", "switch_port": "1", "node": "n0001", "hca_port": "mlx5_0/1"}
+    assert value(text, "fleetsight_fabric_switch_port_peer_info", **peer) == 1
+    uplink = {"side": "switch", "switch_port": "33", "peer_switch": "spine-01"}
+    assert value(text, "fleetsight_fabric_port_up", **uplink) == 1
+    exporter.close()

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exporter_helpers import FIXTURES, value
+from exporter_helpers import FIXTURES, bmc_agent, value
 
 from exporters import bmc, ipmi
-from exporters.node import NodeAgent, NodeOptions
 
 IPMI = FIXTURES / "ipmi"
 
@@ -136,18 +135,7 @@ esac
     ],
 )
 def test_the_agent_exports_supplies_and_redundancy(tmp_path, sdr_file, healthy, redundant):
-    agent = NodeAgent(
-        NodeOptions(
-            node="n0001",
-            sysfs_root=str(tmp_path / "sys"),
-            procfs_root=str(tmp_path / "proc"),
-            kmsg_file=str(tmp_path / "kern.log"),
-            nvml=False,
-            collectors=("bmc",),
-            bmc_interval_s=0.0,
-            ipmitool=str(fake_ipmitool(tmp_path, sdr_file)),
-        )
-    )
+    agent = bmc_agent(tmp_path, ipmitool=str(fake_ipmitool(tmp_path, sdr_file)))
     try:
         text = agent.scrape().decode()
     finally:

@@ -16,6 +16,7 @@ from exporter_helpers import FIXTURES, promtool_check_metrics, samples, value
 
 from exporters.component import node_entries, write_nodes_file
 from support import free_port, wait_until
+from twin.truth import load_faults
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = FIXTURES / "twin" / "exporter_faults.yaml"
@@ -55,9 +56,8 @@ def twin(tmp_path_factory):
             what="the twin to finish its scenario",
         )
         assert process.poll() is None, f"the twin exited early:\n{log.read_text()[-3000:]}"
-        truth = [json.loads(line) for line in (out.parent / "truth.jsonl").read_text().splitlines()]
-        faults = [line for line in truth if not line.get("benign")]  # benign disturbances are not faults
-        yield {"out": out, "url": f"http://127.0.0.1:{port}", "truth": {f["kind"]: f for f in faults}}
+        faults = [f for f in load_faults(out.parent / "truth.jsonl") if not f.benign]  # benign: not faults
+        yield {"out": out, "url": f"http://127.0.0.1:{port}", "truth": {f.kind: f for f in faults}}
     finally:
         process.terminate()
         process.wait(timeout=20)
@@ -154,7 +154,7 @@ def test_promtool_finds_nothing_to_say_about_either_exporter(nodes, fabric):
 
 
 def test_psu_failure(nodes, twin):
-    psu = f"PSU{twin['truth']['psu_failure']['target']['psu']}"
+    psu = f"PSU{twin['truth']['psu_failure'].line['target']['psu']}"
     assert value(nodes, "fleetsight_bmc_psu_healthy", node="n0001", psu=psu) == 0
     healthy = [
         v
@@ -211,7 +211,7 @@ def test_ib_link_flap(nodes, fabric):
 
 
 def test_xid_79_gpu_fallen_off_the_bus(nodes, twin):
-    gpu = twin["truth"]["xid"]["target"]["gpu"]
+    gpu = twin["truth"]["xid"].gpu
     meta = json.loads((twin["out"] / "meta.json").read_text())
     uuid = next(n for n in meta["nodes"] if n["name"] == "n0005")["gpus"][gpu]["uuid"]
     labels = {"node": "n0005", "xid": "79", "gpu": str(gpu), "uuid": uuid, "category": "fallen_off_bus"}
@@ -232,7 +232,7 @@ def test_nvswitch_fatal(nodes):
 
 
 def test_lustre_ost_slow(nodes, twin):
-    slow = f"OST{twin['truth']['lustre_ost_slow']['target']['ost']:04x}"
+    slow = f"OST{twin['truth']['lustre_ost_slow'].line['target']['ost']:04x}"
     series = samples(nodes)
     ratios = []
     for node in ("n0009", "n0010", "n0011", "n0012"):  # job 3003 keeps doing I/O through the fault

@@ -1,7 +1,7 @@
-"""Helpers of the health tests: a fast policy, a supervised server process, alerts POSTed through
-Alertmanager's API v2, and the health service itself as `fleetsight health serve`. (A module of its own,
-not conftest.py: several test folders have a conftest, and `from conftest import` picks whichever was
-imported first.)"""
+"""Helpers of the health tests: a fast policy, alerts POSTed through Alertmanager's API v2, a real Slurm,
+and the health service itself as `fleetsight health serve` (a supervised process: tests/support.py). (A
+module of its own, not conftest.py: several test folders have a conftest, and `from conftest import`
+picks whichever was imported first.)"""
 
 from __future__ import annotations
 
@@ -9,32 +9,42 @@ import contextlib
 import datetime as dt
 import os
 import shutil
-import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
 from health.component import serve_command
+from health.engine import SchedulerView
+from health.policy import Policy
 from health.slurm_local import LocalSlurm, missing
-from support import free_port, wait_until
-
-T = TypeVar("T")
+from health.sources import Sources
+from support import Process, free_port, stopping, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = [f"n{i:04d}" for i in range(1, 17)]
 DRAIN_TOKEN = "test-drain-token-4f1c"
 READ_TOKEN = "test-read-token-9a2e"
+REAL_API = "http://slurmrestd/slurm/v0.0.38"  # 22.05's newest plugin; the host part is ignored on a socket
 
 
 def fast_policy(**overrides: Any) -> dict[str, Any]:
-    """The shipped policy with test-sized times: refresh 0.3 s, clean for 2 s."""
+    """The shipped policy with test-sized times: refresh 0.3 s, clean for 2 s, and a reconcile sweep every
+    0.5 s: the tests that post alerts to an Alertmanager with no webhook to the service see them through
+    the sweep (test_events.py covers the webhook itself, with the sweep at its minutes)."""
     policy = yaml.safe_load((REPO / "health" / "policy.yml").read_text())
-    policy["refresh"] = {"interval": "0.3s", "source_timeout": "2s"}
+    policy["refresh"] = {
+        "interval": "0.3s",
+        "source_timeout": "2s",
+        "reconcile": "0.5s",
+        "batch": "0.05s",
+        "scheduler": "0.3s",
+    }
     policy["hysteresis"] = {"clean_for": "2s", "confirm_for": "0s"}
     policy["circuit_breaker"].update(nodes_per_unit=8, max_cluster_fraction=0.25, max_unit_fraction=0.25)
     for key, value in overrides.items():
@@ -43,46 +53,6 @@ def fast_policy(**overrides: Any) -> dict[str, Any]:
         else:
             policy[key] = value
     return policy
-
-
-class Process:
-    """A server started for the tests; its log is shown when it dies or fails to become ready."""
-
-    def __init__(self, name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.name, self.log = name, log
-        self.handle = log.open("wb")
-        self.popen = subprocess.Popen(
-            command, stdout=self.handle, stderr=subprocess.STDOUT, cwd=REPO, env=env or dict(os.environ)
-        )
-
-    def wait_ready(self, url: str, timeout: float = 30) -> None:
-        def ready() -> bool:
-            try:
-                return httpx.get(url, timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        self.wait_for(ready, what=f"{self.name} at {url}", timeout=timeout)
-
-    def wait_for(self, predicate: Callable[[], T], what: str, timeout: float = 60) -> T:
-        """Poll predicate until it holds, failing at once (with the log) if the process has died."""
-
-        def alive_and_ready() -> T:
-            if self.popen.poll() is not None:
-                pytest.fail(f"{self.name} exited {self.popen.returncode}:\n{self.log.read_text()[-3000:]}")
-            return predicate()
-
-        return wait_until(alive_and_ready, timeout=timeout, what=what)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self.handle.close()
 
 
 def post_alert(
@@ -106,12 +76,19 @@ def post_alert(
 
 
 def start_health(
-    folder: Path, policy: dict[str, Any], args: list[str], tokens: str | None = None
+    folder: Path,
+    policy: dict[str, Any],
+    args: list[str],
+    tokens: str | None = None,
+    env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> tuple[Process, str]:
+    """`fleetsight health serve` with this policy (folder/policy.yml) once ready; env: more variables;
+    port: one chosen beforehand (an Alertmanager's webhook already points at it)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "policy.yml").write_text(yaml.safe_dump(policy))
-    port = free_port()
-    env = {**os.environ, "FLEETSIGHT_HEALTH_TOKENS": tokens or ""}
+    port = port or free_port()
+    env = {**os.environ, **(env or {}), "FLEETSIGHT_HEALTH_TOKENS": tokens or ""}
     command = serve_command(
         f"127.0.0.1:{port}", folder / "state", policy=folder / "policy.yml", cluster="test", extra=tuple(args)
     )
@@ -119,6 +96,34 @@ def start_health(
     url = f"http://127.0.0.1:{port}"
     process.wait_ready(f"{url}/-/ready")
     return process, url
+
+
+def start_slurm_health(
+    folder: Path, alertmanager: str, slurm: LocalSlurm, env: dict[str, str] | None = None
+) -> tuple[Process, str]:
+    """start_health reading Alertmanager and the real slurmrestd (REAL_API over its socket); its breaker
+    lets every node go."""
+    return start_health(
+        folder,
+        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),
+        [
+            "--alertmanager-url",
+            alertmanager,
+            "--scheduler-url",
+            REAL_API,
+            "--scheduler-socket",
+            str(slurm.rest_socket),
+        ],
+        env=env,
+    )
+
+
+@contextlib.contextmanager
+def health_server(*start: Any, **options: Any) -> Iterator[str]:
+    """The health service of start_health (the same arguments), stopped on leaving."""
+    process, url = start_health(*start, **options)
+    with stopping(process):
+        yield url
 
 
 def node_state(url: str, node: str) -> dict[str, Any]:
@@ -153,3 +158,14 @@ def slurm_cluster(
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def scheduler_views(url: str, socket: Path | str | None = None) -> dict[str, SchedulerView]:
+    """What the health service makes of a slurmrestd's /jobs and /nodes: its own parser, over HTTP."""
+    sources = Sources(Policy(), scheduler_url=url, scheduler_socket=str(socket) if socket else None)
+    try:
+        result = next(r for r in sources.collect(time.time()) if r.name == "scheduler")
+    finally:
+        sources.close()
+    assert result.ok, result.error
+    return result.scheduler

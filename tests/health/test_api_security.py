@@ -18,9 +18,9 @@ import uvicorn
 from api_fuzz import fuzz
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from health_helpers import Process, fast_policy, start_health
+from health_helpers import fast_policy, start_health
 
-from support import free_port, wait_until
+from support import Process, free_port, wait_until
 
 HEALTH_TOKEN = "health-test-token-0000drain"
 ANOMALY_TOKEN = "anomaly-test-token-0000read"

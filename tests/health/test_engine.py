@@ -196,3 +196,45 @@ def test_every_signal_of_the_shipped_policy_has_a_runbook_that_exists() -> None:
     missing = {s: policy.runbook(s) for s in policy.signals if not (repo / policy.runbook(s)).is_file()}
     assert not missing, f"signals whose runbook does not exist: {missing}"
     assert policy.runbook("straggler") == "docs/runbooks/StragglerNode.md"
+
+
+# ------------------------------------------------------------------------------ events (issue 37)
+def test_events_re_decide_only_the_nodes_they_name_and_hold_a_cleared_signal() -> None:
+    engine = HealthEngine(POLICY)
+    engine.update(observe(), now=0)
+    engine.set_signal(signal("e02", "XidBad"), now=10)
+    [change] = engine.process(now=10)
+    assert (change["node"], change["to"]) == ("e02", "draining")
+    assert engine.changed == {"e02"}  # not the fleet
+    assert engine.process(now=15) == [] and engine.changed == set()  # a quiet tick decides nothing
+    engine.clear_signal("e02", signal("e02", "XidBad").key, now=20)
+    assert engine.process(now=70) == []  # held for clean_for (60 s) from the clear
+    assert engine.snapshot()["nodes"]["e02"]["reasons"][0]["last_seen"]
+    [back] = engine.process(now=81)
+    assert (back["node"], back["to"]) == ("e02", "healthy")
+
+
+def test_a_sweep_repairs_and_counts_but_leaves_what_an_event_set_after_its_read() -> None:
+    engine = HealthEngine(POLICY)
+    engine.update(observe(), now=0)
+    engine.set_signal(signal("e01", "Hot"), now=5)  # an event the sweep's read (at 4) predates
+    lost = signal("e03", "XidBad")  # firing, but its event never came
+    added, removed = engine.replace_source({"alertmanager"}, [lost], now=10, quiet_since=4)
+    assert (added, removed) == (1, 0)  # e01 is newer than the read: left alone
+    engine.process(now=10)
+    assert states(engine)["e03"] == "draining" and states(engine)["e01"] == "degraded"
+    added, removed = engine.replace_source({"alertmanager"}, [lost], now=20, quiet_since=12)
+    assert (added, removed) == (0, 1)  # now the sweep has seen past e01's event: it is gone
+    assert engine.replace_source({"scheduler"}, [], now=20) == (0, 0)  # another source: untouched
+
+
+def test_a_scheduler_view_that_changes_re_decides_its_node_only() -> None:
+    engine = HealthEngine(POLICY)
+    engine.update(observe(), now=0)
+    engine.set_signal(signal("e05", "RMA"), now=1)
+    engine.process(now=1)
+    assert engine.awaiting_scheduler()  # draining: the scheduler is read every tick
+    engine.set_scheduler({"e05": SchedulerView(("IDLE", "DRAIN"), "fleetsight: RMA", busy=False)})
+    engine.process(now=2)
+    assert engine.changed == {"e05"} and states(engine)["e05"] == "repair"
+    assert not engine.awaiting_scheduler()

@@ -96,3 +96,25 @@ def test_lsf_sync_reports_an_unreachable_service(badmin: tuple[dict[str, str], P
     assert result.returncode == 1
     assert "cannot read the drain list from http://127.0.0.1:9" in result.stderr
     assert calls(record) == []
+
+
+def test_lsf_sync_closes_a_burst_in_one_command_per_reason(
+    alertmanager: str, health: str, badmin: tuple[dict[str, str], Path], tmp_path: Path
+) -> None:
+    """Issue 37: what the service decides in a batch, the sync writes in a batch: one hclose for every
+    host with the same reason, one hopen for the hosts released together."""
+    env, record = badmin
+    ledger = tmp_path / "lsf-ledger.json"
+    burst = ["lsf01", "lsf03", "lsf04"]
+    post_alert(alertmanager, "NVSwitchFatal", burst)
+    for node in burst:
+        wait_state(health, node, "draining")
+    lsf_sync(env, health, ledger)
+    assert calls(record) == [["hclose", "-C", "fleetsight: NVSwitchFatal (alertmanager)", *burst]]
+    assert json.loads(ledger.read_text()) == dict.fromkeys(burst, "fleetsight: NVSwitchFatal (alertmanager)")
+    post_alert(alertmanager, "NVSwitchFatal", burst, ends_in=0)
+    for node in burst:
+        wait_state(health, node, "healthy")
+    lsf_sync(env, health, ledger)
+    assert calls(record)[-1] == ["hopen", *burst]
+    assert json.loads(ledger.read_text()) == {}

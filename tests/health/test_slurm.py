@@ -8,23 +8,29 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from health_helpers import REPO, fast_policy, node_state, post_alert, slurm_cluster, start_health, wait_state
+from health_helpers import (
+    REAL_API,
+    REPO,
+    node_state,
+    post_alert,
+    scheduler_views,
+    slurm_cluster,
+    start_slurm_health,
+    wait_state,
+)
 
 from health.engine import SchedulerView
-from health.policy import Policy
 from health.slurm_local import LocalSlurm
-from health.sources import Sources, expand_hostlist
+from health.sources import expand_hostlist
 from support import free_port, wait_until
 
 NODES = [f"n{i:04d}" for i in range(1, 7)]
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
-REAL_API = "http://slurmrestd/slurm/v0.0.38"  # 22.05's newest plugin; the host part is ignored on a socket
 
 
 def write_prolog(folder: Path) -> dict[str, Path]:
@@ -57,18 +63,7 @@ def health(alertmanager: str, slurm: LocalSlurm, tmp_path_factory: pytest.TempPa
 @contextlib.contextmanager
 def slurm_health(alertmanager: str, slurm: LocalSlurm, folder: Path) -> Iterator[str]:
     """A health service reading Alertmanager and the real slurmrestd; its breaker lets all 6 nodes go."""
-    process, url = start_health(
-        folder,
-        fast_policy(circuit_breaker={"max_cluster_fraction": 1.0, "max_unit_fraction": 1.0}),
-        [
-            "--alertmanager-url",
-            alertmanager,
-            "--scheduler-url",
-            REAL_API,
-            "--scheduler-socket",
-            str(slurm.rest_socket),
-        ],
-    )
+    process, url = start_slurm_health(folder, alertmanager, slurm)
     try:
         wait_until(
             lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) == len(NODES),
@@ -117,17 +112,6 @@ def node_of(slurm: LocalSlurm, node: str) -> tuple[str, list[str], str]:
     """A node's state, state_flags and reason as 22.05's slurmrestd shows them."""
     item = next(n for n in real_get(slurm, "nodes")["nodes"] if n["name"] == node)
     return item["state"], item["state_flags"], item["reason"]
-
-
-def scheduler_views(url: str, socket: Path | None = None) -> dict[str, SchedulerView]:
-    """What the health service makes of a slurmrestd's /jobs and /nodes: its own parser, over HTTP."""
-    sources = Sources(Policy(), scheduler_url=url, scheduler_socket=str(socket) if socket else None)
-    try:
-        result = next(r for r in sources.collect(time.time()) if r.name == "scheduler")
-    finally:
-        sources.close()
-    assert result.ok, result.error
-    return result.scheduler
 
 
 def shape_differences(real: dict, fake: dict) -> dict:

@@ -56,14 +56,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 if item["node"] == "n0002" and "PSUFailed" in signals and not answers:
                     answers.append(chatbot.answer("is n0002 ok? my job on it crawls"))
             faults = stack.faults()
-            over = len(faults) == 1 and time.time() > max(f["end_unix"] for f in faults) + 20
+            over = len(faults) == 1 and time.time() > max(f.end for f in faults) + 20
             last = {node: timeline.samples[-1][1] for node, timeline in samples.items()}
-            back = bool(faults) and all(last.get(f["target"]["node"]) == "healthy" for f in faults)
+            back = bool(faults) and all(last.get(f.node) == "healthy" for f in faults)
             return over and back
 
         wait_until(watch, timeout=300, interval=1.0, what="the fault to come and go through the stack")
         yield {
-            "faults": {f["kind"]: f for f in stack.faults()},
+            "faults": {f.kind: f for f in stack.faults()},
             "samples": samples,
             "stack": stack,
             "answers": answers,
@@ -78,12 +78,12 @@ def states_of(live: dict[str, Any], node: str, after: float) -> list[tuple[float
 
 def test_a_psu_failure_drains_its_node_with_psufailed_and_it_comes_back(live: dict[str, Any]) -> None:
     fault = live["faults"]["psu_failure"]
-    seen = states_of(live, "n0002", fault["onset_unix"])
+    seen = states_of(live, "n0002", fault.onset)
     bad = [(t, state, signals) for t, state, signals in seen if state != "healthy"]
     assert bad, "n0002 never left healthy"
     assert {state for _, state, _ in bad} <= {"draining", "drained", "repair"}  # busy in job 7301: draining
     assert any("PSUFailed" in signals for _, _, signals in bad)
-    assert bad[0][0] - fault["onset_unix"] < 100  # within the fault
+    assert bad[0][0] - fault.onset < 100  # within the fault
     assert seen[-1][1] == "healthy"
 
 

@@ -2,8 +2,9 @@
 plugin (``fleetsight setup`` builds it beside the local one), configured from that file by
 pipelines/opensearch_security.py, TLS on HTTP and transport with a CA made for this module, basic auth
 only. Each user does what its role allows and is refused the rest, and FleetSight's own clients log in to
-it: `logs apply` as the logs admin, the chatbot's log search and Grafana's logs datasource (the file
-docker-compose.yml provisions) as the reader. docs/security.md T2, T3, T5."""
+it: `logs apply` as the logs admin, the chatbot's log search and the credentials of Grafana's logs
+datasource (the file docker-compose.yml provisions, presented by the project's own client) as the
+reader. docs/security.md T2, T3, T5."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ from logs_helpers import children
 
 from chatbot.config import chat_config
 from chatbot.live import gather
-from dashboards import grafana
 from fleetsight.settings import Settings
 from pipelines import install
+from pipelines.apply import ApplyError, SearchServer
 from pipelines.es_security import SECURITY_FILE
 from pipelines.logclasses import LOG_CLASSES
 from pipelines.opensearch_security import SecurityError, configure_node, security_files, translate_role
@@ -339,39 +340,40 @@ def test_the_chatbot_finds_the_writers_line_as_the_reader(
     assert [e.summary for e in context.evidence] == [f"{NODE}: {indexed.log_line}"], context.notes
 
 
-def test_grafana_logs_datasource_of_compose_logs_in_as_the_reader(
-    secured: Secured, indexed: Indexed, tmp_path: Path
+def secret_path(value: str, run_secrets: Path) -> Path:
+    """A provisioning value `$__file{/run/secrets/NAME}` (Grafana reads the file) as this module's file."""
+    assert value.startswith("$__file{/run/secrets/") and value.endswith("}"), value
+    return run_secrets / value.removeprefix("$__file{/run/secrets/").removesuffix("}")
+
+
+def test_the_logs_datasource_of_compose_logs_in_as_the_reader(
+    secured: Secured, indexed: Indexed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real (local) Grafana, provisioned with the logs datasource file docker-compose.yml mounts; only
-    the Docker secrets' folder (/run/secrets) is this module's."""
-    settings = Settings()
-    problem = grafana.missing(settings)
-    if problem:
-        pytest.fail(f"Grafana cannot run here: {problem}")
+    """The logs datasource file docker-compose.yml provisions into Grafana: its user, its password and CA
+    secrets (the Docker secrets' folder is this module's) and its index pattern, presented by the project's
+    own client (pipelines' SearchServer, TLS checked against the CA) to the secured OpenSearch: the reader
+    searches the logs and is refused the audit indices; the file's password is the one presented."""
+    source = yaml.safe_load(COMPOSE_LOGS_DATASOURCE.read_text())["datasources"][0]
     run_secrets = tmp_path / "secrets"
     run_secrets.mkdir()
     shutil.copy(secured.password_file("fleetsight-reader"), run_secrets / "es-reader-password")
     shutil.copy(secured.ca, run_secrets / "elasticsearch-ca.pem")
-    provisioning = tmp_path / "provisioning" / "datasources"
-    provisioning.mkdir(parents=True)
-    text = COMPOSE_LOGS_DATASOURCE.read_text()
-    assert "/run/secrets/" in text
-    (provisioning / "logs.yml").write_text(text.replace("/run/secrets/", f"{run_secrets}/"))
-    dashboards = tmp_path / "dashboards"
-    dashboards.mkdir()
-    port = free_port()
-    with grafana.running(
-        settings,
-        port,
-        tmp_path / "grafana",
-        "http://127.0.0.1:9",
-        secured.url,
-        dashboards,
-        provisioning.parent,
-    ) as url:
-        proxy = f"{url}/api/datasources/proxy/uid/logs"
-        mapping = httpx.get(f"{proxy}/fleetsight-logs-*/_mapping", timeout=30)
-        assert mapping.status_code == 200, mapping.text
-        assert LOG_INDEX in mapping.json()
-        audit = httpx.get(f"{proxy}/{AUDIT_INDEX}/_mapping", timeout=30)
-        assert audit.status_code == 403, audit.text
+    assert source["basicAuth"] is True and source["jsonData"]["tlsAuthWithCACert"] is True
+    monkeypatch.setenv("FLEETSIGHT_LOGS_USERNAME", source["basicAuthUser"])
+    password = secret_path(source["secureJsonData"]["basicAuthPassword"], run_secrets)
+    monkeypatch.setenv("FLEETSIGHT_LOGS_PASSWORD_FILE", str(password))
+    monkeypatch.setenv(
+        "FLEETSIGHT_LOGS_CA_FILE", str(secret_path(source["secureJsonData"]["tlsCACert"], run_secrets))
+    )
+    server = SearchServer(secured.url)
+    index = source["jsonData"]["index"]
+    found = server.request(
+        "POST", f"/{index}/_search", {"query": {"match_phrase": {"message": indexed.log_line}}}
+    )
+    assert messages(found) == [indexed.log_line]
+    with pytest.raises(ApplyError, match="HTTP 403"):
+        server.request("GET", f"/{AUDIT_INDEX}/_search")
+    # a wrong password in the secret is refused: the login above was the file's, not a default
+    password.write_text("not-the-reader-password\n")
+    with pytest.raises(ApplyError, match="HTTP 401"):
+        SearchServer(secured.url).request("POST", f"/{index}/_search", {"size": 0})

@@ -298,8 +298,8 @@ def test_no_password_is_written_into_compose_or_the_pipeline() -> None:
 
 def test_grafana_reads_the_logs_as_the_reader_over_tls_with_its_password_a_secret() -> None:
     """docker-compose.yml's Grafana: the logs datasource it provisions logs in as fleetsight-reader, its
-    password and the CA read from Docker secrets given to Grafana (the real Grafana logs in with this
-    file in tests/pipelines/test_opensearch_security.py)."""
+    password and the CA read from Docker secrets given to Grafana (the project's client logs in to the
+    secured OpenSearch with this file's credentials in tests/pipelines/test_opensearch_security.py)."""
     grafana = SERVICES["grafana"]
     mounted = {}
     for spec in grafana["volumes"]:
@@ -318,7 +318,7 @@ def test_grafana_reads_the_logs_as_the_reader_over_tls_with_its_password_a_secre
     assert logs["secureJsonData"]["tlsCACert"] == "$__file{/run/secrets/elasticsearch-ca.pem}"
     assert {secret, "elasticsearch-ca.pem"} <= set(grafana["secrets"])
     assert {secret, "elasticsearch-ca.pem"} <= set(COMPOSE["secrets"])
-    # The same datasource as the local Grafana's (name, uid, what it queries), so dashboards are unchanged.
+    # The same datasource as the shared provisioning file's (name, uid, what it queries): same dashboards.
     (local,) = yaml.safe_load((REPO_ROOT / "dashboards/provisioning/datasources/logs.yml").read_text())[
         "datasources"
     ]

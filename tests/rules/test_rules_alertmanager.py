@@ -38,6 +38,25 @@ ROUTES = [
         "slack-job",
     ),
     ({"alertname": "SomethingFromLogs", "severity": "critical"}, "slack-critical"),
+    # An alert naming a node also reaches the health service's webhook, and Slack exactly as before.
+    (
+        {"alertname": "NodeDown", "severity": "critical", "team": "sre", "node": "n1"},
+        "fleetsight-health,slack-critical",
+    ),
+    (
+        {"alertname": "GPURowRemapPending", "severity": "warning", "team": "sre", "node": "n1"},
+        "fleetsight-health,slack-default",
+    ),
+    (
+        {
+            "alertname": "GPUPowerBrakeActive",
+            "severity": "critical",
+            "team": "facilities",
+            "hpc_job": "7",
+            "node": "n1",
+        },
+        "fleetsight-health,slack-facilities,slack-job",
+    ),
 ]
 
 
@@ -51,7 +70,11 @@ def test_config_is_valid() -> None:
     assert "4 inhibit rules" in result.stdout
 
 
-@pytest.mark.parametrize(("labels", "receivers"), ROUTES, ids=[labels["alertname"] for labels, _ in ROUTES])
+@pytest.mark.parametrize(
+    ("labels", "receivers"),
+    ROUTES,
+    ids=[f"{labels['alertname']}-{i}" for i, (labels, _) in enumerate(ROUTES)],
+)
 def test_routes(labels: dict[str, str], receivers: str) -> None:
     result = amtool(
         "config", "routes", "test", f"--config.file={CONFIG}", *(f"{k}={v}" for k, v in labels.items())

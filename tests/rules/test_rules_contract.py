@@ -8,8 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from fleetsight.dcgm import NEEDED_FIELDS, missing_field_promql, names_of
 from fleetsight.xid_catalog import CATALOG
-from rules.ruleset import RUNBOOKS_DIR, alert_names, load_rules, recording_levels
+from rules.ruleset import RUNBOOKS_DIR, Rule, alert_names, load_rules, recording_levels, source_metrics
 
 ISSUE_ALERTS = {
     "NodeDown",
@@ -32,7 +33,13 @@ ISSUE_ALERTS = {
     "LustreClientErrors",
     "LustreOSTSlow",
     "StragglerNode",
+    "DCGMFieldsMissing",
+    "HealthEventLag",  # issue 37: the health service's own event backlog
+    "ActiveCheckFailed",  # issue 36: rules/checks.yml
 }
+# Alerts about a whole cluster (or a central service), not one node: their description names the
+# cluster instead.
+CLUSTER_ALERTS = {"LustreOSTSlow", "DCGMFieldsMissing", "HealthEventLag"}
 RUNBOOK_SECTIONS = (
     "## What it means",
     "## Impact on running jobs",
@@ -52,7 +59,7 @@ def test_every_alert_has_severity_team_summary_description_and_runbook() -> None
         assert rule.labels.get("severity") in {"critical", "warning", "info"}, rule.name
         assert rule.labels.get("team") in {"sre", "researcher", "facilities"}, rule.name
         assert rule.annotations.get("summary"), rule.name
-        assert "$labels.node" in rule.annotations.get("description", "") or rule.name == "LustreOSTSlow", (
+        assert "$labels.node" in rule.annotations.get("description", "") or rule.name in CLUSTER_ALERTS, (
             rule.name
         )
         assert rule.annotations.get("runbook_url") == f"docs/runbooks/{rule.name}.md", rule.name
@@ -109,3 +116,48 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_stays_silent() -> N
                 (fires if check.get("exp_alerts") else silent).add(check["alertname"])
     assert fires >= ISSUE_ALERTS, ISSUE_ALERTS - fires
     assert silent >= ISSUE_ALERTS, ISSUE_ALERTS - silent
+
+
+def field_readers(field: str, rules: list[Rule]) -> set[str]:
+    """The alerts that read a DCGM field under any of its names, through the recording rules."""
+    names = set(names_of(field))
+    return {
+        r.name
+        for r in rules
+        if r.is_alert and r.name != "DCGMFieldsMissing" and source_metrics(r, rules) & names
+    }
+
+
+def missing_field_rules(rules: list[Rule]) -> dict[str, Rule]:
+    return {r.labels["field"]: r for r in rules if r.name == "DCGMFieldsMissing"}
+
+
+def test_dcgm_fields_missing_has_one_rule_per_needed_field_as_the_table_says() -> None:
+    """fleetsight/dcgm.py NEEDED_FIELDS is the one list: a rule per field with its query, its blinded
+    alerts in the annotations, and every alert that reads the field among them."""
+    rules = load_rules()
+    by_field = missing_field_rules(rules)
+    assert set(by_field) == {need.field for need in NEEDED_FIELDS}
+    for need in NEEDED_FIELDS:
+        rule = by_field[need.field]
+        assert " ".join(rule.expr.split()) == missing_field_promql(need.field), need.field
+        assert rule.annotations["blinds"] == ", ".join(need.alerts), need.field
+        assert set(need.alerts) <= set(alert_names(rules)), need.field
+        assert field_readers(need.field, rules) <= set(need.alerts), need.field
+        for signal in need.signals:
+            assert signal in rule.annotations["description"], (need.field, signal)
+
+
+def test_a_rule_reading_a_needed_field_the_table_does_not_list_is_caught() -> None:
+    rules = load_rules()
+    extra = Rule("GPUNewAlert", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS > 0", "g", Path("x.yml"), True)
+    readers = field_readers("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", [*rules, extra])
+    clock = next(n for n in NEEDED_FIELDS if n.field == "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+    assert readers - set(clock.alerts) == {"GPUNewAlert"}
+
+
+def test_no_rule_selects_the_dcgm_scrape_job() -> None:
+    """The GPU operator's dcgm-exporter is scraped under another job name (nvidia-dcgm-exporter)."""
+    for rule in load_rules():
+        if any(token.startswith("DCGM_") for token in re.findall(r"[A-Z_]+", rule.expr)):
+            assert not re.search(r'\bjob\s*=~?\s*"', rule.expr), rule.name

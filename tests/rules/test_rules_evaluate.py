@@ -19,6 +19,7 @@ from evaluation.alerts import (
     score,
     straggler_samples,
 )
+from fleetsight.dcgm import names_of
 from rules.ruleset import Rule
 from support import FLEETSIGHT, REPO_ROOT
 from twin.truth import Fault
@@ -188,9 +189,11 @@ def test_faults_are_caught_and_a_quiet_cluster_raises_nothing(tmp_path: Path) ->
     assert by_name["quiet"]["faults"] == 0 and by_name["quiet"]["false_alerts"] == []
     # the data the twin backfills reaches the rules: dcgm-exporter's, the node agent's, `up`
     present = by_name["quiet"]["metrics_present"]
-    for name in ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "up", "fleetsight_bmc_psu_healthy",
+    for name in ("up", "fleetsight_bmc_psu_healthy",
                  "fleetsight_infiniband_port_up", "fleetsight_pcie_link_speed_downgraded"):  # fmt: skip
         assert name in present, name
+    # the clock-event reasons, under whichever of its names the twin's counters file publishes
+    assert set(names_of("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")) & set(present), present
 
 
 def test_straggler_flags_become_the_series_the_service_exports() -> None:

@@ -49,10 +49,10 @@ def test_psu_failure_power_brake(twin_factory) -> None:
     assert run.get("/bmc/n0002/redfish/v1/Chassis/1").json()["Status"]["Health"] == "Critical"
     assert run.get("/bmc/n0001/redfish/v1/Chassis/1").json()["Status"]["Health"] == "OK"
     slow, peer = run.dcgm("n0002"), run.dcgm("n0001")
-    for gpu, reasons in slow["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"].items():
+    for gpu, reasons in slow["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"].items():
         assert int(reasons) // 128 % 2 == 1, f"gpu {gpu}: HW Power Brake bit missing"
         assert slow["DCGM_FI_DEV_POWER_USAGE"][gpu] <= 150.0
-    assert all(int(r) // 128 % 2 == 0 for r in peer["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"].values())
+    assert all(int(r) // 128 % 2 == 0 for r in peer["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"].values())
     # The slow node stays busy while its peers wait.
     slow_tensor = sum(slow["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].values()) / 8
     peer_tensor = sum(peer["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].values()) / 8
@@ -67,11 +67,11 @@ def test_thermal_throttle_one_gpu(twin_factory) -> None:
     only_truth(run, "thermal_throttle", {"node": "n0003", "gpu": 5})
     metrics = run.dcgm("n0003")
     assert metrics["DCGM_FI_DEV_GPU_TEMP"]["5"] > 85
-    assert int(metrics["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]["5"]) // 64 % 2 == 1  # HW thermal slowdown
+    assert int(metrics["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]["5"]) // 64 % 2 == 1  # HW thermal slowdown
     assert metrics["DCGM_FI_DEV_SM_CLOCK"]["5"] < 0.7 * metrics["DCGM_FI_DEV_SM_CLOCK"]["4"]
     others = [g for g in metrics["DCGM_FI_DEV_GPU_TEMP"] if g != "5"]
     assert all(metrics["DCGM_FI_DEV_GPU_TEMP"][g] < 75 for g in others)
-    assert all(int(metrics["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"][g]) == 0 for g in others)
+    assert all(int(metrics["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"][g]) == 0 for g in others)
     log = run.rank_logs("n0001", "2001")[0]
     assert mean_step(log, before=False) > 1.3 * mean_step(log, before=True)
 
@@ -215,7 +215,7 @@ def test_gray_slow_node_has_no_hardware_signal(twin_factory) -> None:
     run = twin_factory("gray_slow_node", *MID_FAULT)
     only_truth(run, "gray_slow_node", {"node": "n0002"})
     slow, peer = run.dcgm("n0002"), run.dcgm("n0001")
-    assert all(int(r) == 0 for r in slow["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"].values())
+    assert all(int(r) == 0 for r in slow["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"].values())
     assert all(v == 0 for v in slow["DCGM_FI_DEV_XID_ERRORS"].values())
     assert run.kern("n0002") == ""
     assert sum(slow["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"].values()) > 1.1 * sum(

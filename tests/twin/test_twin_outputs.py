@@ -63,7 +63,7 @@ def test_served_formats(twin_factory) -> None:
             "DCGM_FI_DEV_POWER_USAGE",
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
             "DCGM_FI_DEV_ROW_REMAP_PENDING",
-            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
             "DCGM_FI_DEV_XID_ERRORS",
         } <= set(families)
         samples = families["DCGM_FI_DEV_POWER_USAGE"].samples
@@ -298,7 +298,7 @@ def test_backfill_blocks_are_queryable(tmp_path: Path) -> None:
     dump = subprocess.run(
         ["promtool", "tsdb", "dump", str(blocks)], capture_output=True, text=True, check=True
     )
-    wanted = ('__name__="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"', 'gpu="0"', 'node="n0002"')
+    wanted = ('__name__="DCGM_FI_DEV_CLOCKS_EVENT_REASONS"', 'gpu="0"', 'node="n0002"')
     values = [float(line.split()[-2]) for line in dump.stdout.splitlines() if all(w in line for w in wanted)]
     assert len(values) == 2 * 3600 // 5
     # The power brake (8m..16m after the start) shows as bit 128 in the history, and only then.

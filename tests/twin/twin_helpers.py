@@ -15,6 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetsight.procs import stop_process
 from fleetsight.settings import REPO_ROOT
 from support import wait_until
 from twin.truth import default_truth_path, load_truth
@@ -107,12 +108,7 @@ def start_twin(scenario: str, out: Path, *args: str, serve: bool = True) -> Twin
 
 def stop_twin(run: TwinRun) -> None:
     if run.process is not None and run.process.poll() is None:
-        run.process.terminate()
-        try:
-            run.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            run.process.kill()
-            run.process.wait()
+        stop_process(run.process, timeout_s=20)
 
 
 @pytest.fixture

@@ -1,0 +1,135 @@
+"""One job identity whatever the scheduler: which job each node runs, and what the job is called.
+
+Three sources, in order of trust:
+
+1. **slurmrestd** (``--slurm-url``): the RUNNING jobs and their host lists (anomaly/source.py's client).
+   Scheduler ``slurm``, job id = Slurm's job id.
+2. **dcgm-exporter's ``hpc_job`` label** (``--hpc-job-mapping-dir``, Slurm's prolog writes the files):
+   scheduler ``hpc_job-label``, the same job id as slurmrestd gives, so a fleet that loses slurmrestd
+   keeps its job names.
+3. **Pod labels** (dcgm-exporter ``--kubernetes --kubernetes-enable-pod-labels``): the first key of an
+   ordered list of training-job controller labels that the GPU's pod carries. dcgm-exporter writes a
+   pod label's key sanitised (every character outside ``[a-zA-Z0-9_]`` becomes ``_``), so the keys
+   are matched in that form. Scheduler ``kubernetes``, job id = ``<namespace>/<name>``: two teams may
+   both call their JobSet ``pretrain``, and the namespace is what tells them apart.
+
+A node a slurmrestd job holds is that job's; label-derived jobs only fill the nodes no slurmrestd job
+lists (a fleet of Slurm and Kubernetes nodes side by side, or slurmrestd down). Everything that names a
+job (the detector's groups, ``fleetsight_job_node_info``, ``fleetsight_node_jobs_info``, the straggler
+series) takes the id from here, so the rules, the health service and the dashboards join on one name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+SLURM = "slurm"
+HPC_JOB_LABEL = "hpc_job-label"
+KUBERNETES = "kubernetes"
+
+# The label keys of the common training-job controllers, umbrella controllers first: a JobSet's pods
+# also carry batch.kubernetes.io/job-name (of its child Job, `<jobset>-workers-0`), so the generic Job
+# key comes last. (A Trainer v2 TrainJob runs as a JobSet of the same name: either key names it.)
+DEFAULT_POD_LABEL_KEYS: tuple[str, ...] = (
+    "jobset.sigs.k8s.io/jobset-name",
+    "training.kubeflow.org/job-name",
+    "trainer.kubeflow.org/trainjob-name",
+    "volcano.sh/job-name",
+    "leaderworkerset.sigs.k8s.io/name",
+    "batch.kubernetes.io/job-name",
+)
+POD_LABEL_KEYS_ENV = "FLEETSIGHT_JOB_POD_LABELS"
+
+_INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def sanitize_label_name(key: str) -> str:
+    """A pod label key as dcgm-exporter's utils.SanitizeLabelName writes it."""
+    return _INVALID_LABEL_CHARS.sub("_", key)
+
+
+def pod_label_keys(text: str | None = None) -> tuple[str, ...]:
+    """The ordered key list from a comma-separated option or ``FLEETSIGHT_JOB_POD_LABELS``; the
+    defaults when neither is set."""
+    raw = text if text is not None else os.environ.get(POD_LABEL_KEYS_ENV, "")
+    keys = tuple(k.strip() for k in raw.split(",") if k.strip())
+    return keys or DEFAULT_POD_LABEL_KEYS
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A job as every consumer names it: ``id`` (the ``hpc_job`` label), its scheduler and namespace."""
+
+    id: str
+    scheduler: str
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    """Reads a job from one GPU series' labels (``hpc_job``, else the first listed pod label)."""
+
+    pod_label_keys: tuple[str, ...] = DEFAULT_POD_LABEL_KEYS
+    _sanitised: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_sanitised", tuple(sanitize_label_name(k) for k in self.pod_label_keys))
+
+    def of_labels(self, labels: Mapping[str, str]) -> JobRef | None:
+        if labels.get("hpc_job"):
+            return JobRef(str(labels["hpc_job"]), HPC_JOB_LABEL)
+        namespace = str(labels.get("namespace") or "")
+        for key in self._sanitised:
+            name = labels.get(key)
+            if name:
+                return JobRef(f"{namespace}/{name}" if namespace else str(name), KUBERNETES, namespace)
+        return None
+
+
+@dataclass
+class JobMap:
+    """Job id -> its JobRef and nodes, built from one window's series and the scheduler's list."""
+
+    refs: dict[str, JobRef] = field(default_factory=dict)
+    nodes: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, ref: JobRef, node: str) -> None:
+        self.refs.setdefault(ref.id, ref)
+        self.nodes.setdefault(ref.id, set()).add(node)
+
+    def node_jobs(self) -> dict[str, list[str]]:
+        """Node -> the sorted ids of the jobs on it."""
+        out: dict[str, set[str]] = {}
+        for job, members in self.nodes.items():
+            for node in members:
+                out.setdefault(node, set()).add(job)
+        return {node: sorted(jobs) for node, jobs in sorted(out.items())}
+
+
+def from_series(identity: JobIdentity, series: Iterable[tuple[str, Mapping[str, str]]]) -> JobMap:
+    """Jobs from (node, labels) of GPU series."""
+    found = JobMap()
+    for node, labels in series:
+        ref = identity.of_labels(labels)
+        if ref is not None:
+            found.add(ref, node)
+    return found
+
+
+def merge(slurm_jobs: Mapping[str, Iterable[str]] | None, labelled: JobMap) -> JobMap:
+    """slurmrestd's jobs on the nodes they hold; label-derived jobs on every other node."""
+    if slurm_jobs is None:
+        return labelled
+    out = JobMap()
+    held: set[str] = set()
+    for job, members in slurm_jobs.items():
+        for node in members:
+            out.add(JobRef(str(job), SLURM), node)
+            held.add(node)
+    for job, members in labelled.nodes.items():
+        for node in sorted(members - held):
+            out.add(labelled.refs[job], node)
+    return out

@@ -1,0 +1,193 @@
+"""Intrusive checks as Kubernetes' own unit of work (`fleetsight checks kube-cycle`): a Job pinned to
+the node (``spec.nodeName``) that tolerates FleetSight's taint (``fleetsight.io/unhealthy``, set by the
+health service's kubernetes-sync on a drained node) and asks for every GPU of the node, so no training pod
+shares it. Idle means: no pod but DaemonSets' and FleetSight's own checks on the node. Results go to the
+checks service, which the pass turns into node labels ``fleetsight.io/check-<name>=PASS|ERR``.
+
+A Job counts as running until it completed, failed, or the checks service holds a result of its check on
+its node newer than the Job: that last rule keeps the pass right where no kubelet reports completion."""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import os
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from .catalog import Check
+from .plan import Decision, Unit, plan, with_partners
+
+TAINT_KEY = "fleetsight.io/unhealthy"  # health/kubernetes.py's taint (a contract, not an import)
+CHECK_LABEL = "fleetsight.io/check"
+NODE_LABEL = "fleetsight.io/check-{name}"
+
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class KubeClient:
+    """The few calls the pass needs, with a kubeconfig's server, CA and bearer token; without a
+    kubeconfig, the pod's own service account (the chart's CronJob)."""
+
+    def __init__(self, kubeconfig: Path | None) -> None:
+        context = ssl.create_default_context()
+        if kubeconfig is None:
+            server = "https://{}:{}".format(
+                os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+            )
+            token = (SERVICE_ACCOUNT / "token").read_text().strip()
+            context.load_verify_locations(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+        else:
+            config = yaml.safe_load(kubeconfig.read_text())
+            cluster = config["clusters"][0]["cluster"]
+            server, token = cluster["server"], config["users"][0]["user"]["token"]
+            if "certificate-authority-data" in cluster:
+                context.load_verify_locations(
+                    cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+                )
+        headers = {"Authorization": f"Bearer {token}"}
+        self.client = httpx.Client(base_url=server, verify=context, headers=headers)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self.client.request(method, path, timeout=10, **kwargs)
+        if response.status_code >= 400:
+            raise RuntimeError(f"{method} {path}: {response.status_code} {response.text[:300]}")
+        return response.json()
+
+
+def created_at(item: dict[str, Any]) -> float:
+    stamp = item["metadata"].get("creationTimestamp", "1970-01-01T00:00:00Z")
+    return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+@dataclass
+class KubeChecks:
+    api: KubeClient
+    catalog: dict[str, Check]
+    checks_url: str
+    command: list[str]  # the container's FleetSight command line (image's entry point)
+    image: str = "ghcr.io/fleetsight/fleetsight:latest"
+    namespace: str = "fleetsight"
+    gpus: int = 8
+    leaf_map: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    budget: int = 2
+    tools: str | None = None  # the tools file inside the container (a ConfigMap), when not the default
+
+    def busy_nodes(self) -> set[str]:
+        pods = self.api.request(
+            "GET", "/api/v1/pods", params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+        )
+        busy = set()
+        for pod in pods["items"]:
+            owners = {o.get("kind") for o in pod["metadata"].get("ownerReferences") or []}
+            ours = CHECK_LABEL in (pod["metadata"].get("labels") or {})
+            if pod["spec"].get("nodeName") and "DaemonSet" not in owners and not ours:
+                busy.add(pod["spec"]["nodeName"])
+        return busy
+
+    def running(self, results: dict[tuple[str, str], dict[str, Any]]) -> list[Unit]:
+        jobs = self.api.request(
+            "GET", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", params={"labelSelector": CHECK_LABEL}
+        )
+        units = []
+        for job in jobs["items"]:
+            check, node = job["metadata"]["labels"][CHECK_LABEL], job["spec"]["template"]["spec"]["nodeName"]
+            status = job.get("status") or {}
+            result = results.get((node, check))
+            done = (
+                status.get("succeeded")
+                or status.get("failed")
+                or (result and result["finished"] >= created_at(job))
+            )
+            if not done:
+                units.append(Unit(check, (node,)))
+        return units
+
+    def cycle(
+        self, wanted: list[Unit], nodes: list[str], results: dict[tuple[str, str], dict[str, Any]]
+    ) -> Decision:
+        idle = set(nodes) - self.busy_nodes()
+        pairs = {c.name for c in self.catalog.values() if c.nodes == 2}
+        asked = {n for u in wanted if u.validation for n in u.nodes}  # not a partner: under validation
+        wanted = with_partners(wanted, pairs, idle - asked, self.leaf_map)
+        sizes = {c.name: c.nodes for c in self.catalog.values()}
+        decision = plan(wanted, idle, self.running(results), self.leaf_map, self.budget, sizes)
+        for unit in decision.start:
+            for job in self.jobs(unit):
+                self.api.request("POST", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", json=job)
+        return decision
+
+    def jobs(self, unit: Unit) -> list[dict[str, Any]]:
+        """A single-node check is one Job; a pair check two, one pinned to each node, started together:
+        the server side on the second node, the client (which posts both nodes' results) on the first,
+        on the host network (perftest's handshake goes to the server node's address)."""
+        if self.catalog[unit.check].nodes == 1:
+            return [self.job(unit)]
+        client, server = unit.nodes
+        address = self.node_address(server)
+        jobs = []
+        for here in (server, client):
+            args = ["checks", "pair", "--check", unit.check, "--client", client, "--server", server]
+            args += ["--server-address", address, "--here", here]
+            job = self.job(Unit(unit.check, (here,)), args)
+            job["spec"]["template"]["spec"]["hostNetwork"] = True
+            jobs.append(job)
+        return jobs
+
+    def node_address(self, node: str) -> str:
+        addresses = self.api.request("GET", f"/api/v1/nodes/{node}")["status"].get("addresses", [])
+        internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
+        return internal[0] if internal else node
+
+    def job(self, unit: Unit, side: list[str] | None = None) -> dict[str, Any]:
+        check, node = self.catalog[unit.check], unit.nodes[0]
+        name = f"fleetsight-check-{check.name.replace('_', '-')}-{node}-{int(time.time())}"[:63]
+        what = side or ["checks", "run", "--node", node, "--check", check.name]
+        args = [*self.command, *what, "--report", self.checks_url]
+        args += ["--tools", self.tools] if self.tools else []
+        container: dict[str, Any] = {"name": "check", "image": self.image, "command": args}
+        if self.gpus:
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(self.gpus)}}
+        labels = {CHECK_LABEL: check.name, "app.kubernetes.io/part-of": "fleetsight"}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
+            "spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": int(2 * check.seconds),
+                "ttlSecondsAfterFinished": 3600,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeName": node,  # pinned: the scheduler (and its cordon) is bypassed on purpose
+                        "restartPolicy": "Never",
+                        "tolerations": [
+                            {"key": TAINT_KEY, "operator": "Exists"},
+                            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                        ],
+                        "containers": [container],
+                    },
+                },
+            },
+        }
+
+    def label_results(self, results: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+        labels: dict[str, dict[str, str]] = {}
+        for item in results:
+            key = NODE_LABEL.format(name=item["check"].replace("_", "-"))
+            labels.setdefault(item["node"], {})[key] = "PASS" if item["passed"] else "ERR"
+        headers = {"Content-Type": "application/merge-patch+json"}
+        for node, values in labels.items():
+            self.api.request(
+                "PATCH", f"/api/v1/nodes/{node}", json={"metadata": {"labels": values}}, headers=headers
+            )
+        return labels

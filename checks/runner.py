@@ -1,0 +1,234 @@
+"""Run one check on this node: the tool as configured (a command or a URL), judged by its parser, as
+one result record. This is what a light-check timer and an intrusive check's scheduler job execute."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from . import parsers
+from .catalog import Check
+
+TOOLS_FILE = Path(__file__).resolve().parent / "tools.yml"
+
+
+@dataclass(frozen=True)
+class Tools:
+    """How each tool is reached: a command line (a list), a URL, or a URL with the credentials of an
+    endpoint behind TLS and basic auth (the Debian node agent's: ``{url, ca_file, password_file,
+    username, server_name}``)."""
+
+    entries: dict[str, list[str] | str | dict[str, str]]
+
+    def command(self, tool: str, node: str, extra: tuple[str, ...] = (), **values: str) -> list[str]:
+        entry = self.entries.get(tool)
+        if not isinstance(entry, list):
+            raise ValueError(f"tool {tool!r} is not a command in the tools file")
+        fill = {"node": node, **values}
+        return [part.format(**fill) for part in [*entry, *extra]]
+
+    def is_url(self, tool: str) -> bool:
+        return isinstance(self.entries.get(tool), str | dict)
+
+    def url(self, tool: str, node: str) -> str:
+        entry = self.entries.get(tool)
+        url = entry.get("url") if isinstance(entry, dict) else entry
+        if not isinstance(url, str):
+            raise ValueError(f"tool {tool!r} is not a URL in the tools file")
+        # ${VAR}: what only the node knows (a pod's $HOST_IP from the downward API, in the chart)
+        return os.path.expandvars(url.format(node=node))
+
+    def read(self, tool: str, node: str) -> str:
+        entry = self.entries.get(tool)
+        return _get(self.url(tool, node), entry if isinstance(entry, dict) else {})
+
+
+URL_KEYS = {"url", "ca_file", "password_file", "username", "server_name"}
+
+
+def _valid_entry(entry: object) -> bool:
+    if isinstance(entry, str):
+        return True
+    if isinstance(entry, list):
+        return all(isinstance(p, str) for p in entry)
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("url"), str)
+        and set(entry) <= URL_KEYS
+        and all(isinstance(v, str) for v in entry.values())
+    )
+
+
+def load_tools(path: Path = TOOLS_FILE) -> Tools:
+    raw = yaml.safe_load(path.read_text()) or {}
+    entries = raw.get("tools") if isinstance(raw, dict) else None
+    if not isinstance(entries, dict):
+        raise ValueError(f"{path}: expected a 'tools' mapping")
+    for name, entry in entries.items():
+        if not _valid_entry(entry):
+            raise ValueError(
+                f"{path}: tool {name}: expected a command list, a URL or a mapping with "
+                f"{', '.join(sorted(URL_KEYS))}"
+            )
+    return Tools(entries)
+
+
+def record(
+    check: Check, node: str, verdict: parsers.Verdict, started: float, finished: float
+) -> dict[str, Any]:
+    return {
+        "node": node,
+        "check": check.name,
+        "kind": check.kind,
+        "passed": verdict.passed,
+        "status": "PASS" if verdict.passed else "ERR",
+        "summary": verdict.summary,
+        "evidence": verdict.evidence,
+        "started": started,
+        "finished": finished,
+        "runbook": check.runbook,
+    }
+
+
+def _run(command: list[str], timeout: float) -> str:
+    """The tool's stdout; a tool that fails still has its say (dcgmi exits non-zero on a failed test
+    and prints the JSON all the same), a missing or hung one becomes the text the parser rejects."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return f"tool not found: {command[0]}"
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return out + f"\n(tool timed out after {timeout:.0f} s)"
+    return done.stdout if done.stdout.strip() else done.stderr
+
+
+def _get(url: str, auth: dict[str, str] | None = None) -> str:
+    """The page, or the text the parser rejects; with ``auth``, TLS checked against the site's CA for
+    the name the certificate is issued for, and basic auth with the password from its file."""
+    auth = auth or {}
+    options: dict[str, Any] = {"timeout": 10}
+    try:
+        if "ca_file" in auth:
+            options["verify"] = ssl.create_default_context(cafile=auth["ca_file"])
+        if "password_file" in auth:
+            password = Path(auth["password_file"]).read_text().strip()
+            options["auth"] = (auth.get("username", "prometheus"), password)
+        if "server_name" in auth:
+            options["extensions"] = {"sni_hostname": auth["server_name"]}
+        response = httpx.get(url, **options)
+        response.raise_for_status()
+        return response.text
+    except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
+        return f"cannot read {url}: {exc}"
+
+
+def run_check(check: Check, node: str, tools: Tools, window_s: float | None = None) -> dict[str, Any]:
+    """One single-node check here (a pair check runs through :func:`run_pair_client` and
+    :func:`run_pair_server`, one on each node)."""
+    started = time.time()
+    timeout = 2 * check.seconds
+    if check.parser == "link_errors":  # the same page twice, a window apart: a measurement, not a wait
+        before = tools.read(check.tool, node)
+        time.sleep(window_s if window_s is not None else float(check.params.get("window_seconds", 30)))
+        verdict = parsers.link_errors(before, tools.read(check.tool, node), check.params)
+    elif check.nodes == 2:
+        verdict = parsers.Verdict(False, f"{check.name} runs on two nodes: `fleetsight checks pair`", {})
+    elif tools.is_url(check.tool):
+        verdict = parsers.ONE_SHOT[check.parser](tools.read(check.tool, node), check.params)
+    else:
+        text = _run(tools.command(check.tool, node, check.args), timeout)
+        verdict = parsers.ONE_SHOT[check.parser](text, check.params)
+    return record(check, node, verdict, started, time.time())
+
+
+# ---------------------------------------------------------------------------------- pair checks
+def _devices(check: Check) -> list[str]:
+    return [f"mlx5_{p}" for p in check.params.get("ports", range(8))]
+
+
+def _pair_args(check: Check, index: int, device: str) -> tuple[str, ...]:
+    """The catalogue's arguments for one port, on its own perftest TCP port: the servers of every port
+    listen at once, so each needs its own."""
+    args = tuple(a.format(device=device, port="1") for a in check.args)
+    return (*args, "-p", str(int(check.params.get("tcp_port_base", 18515)) + index))
+
+
+def run_pair_server(check: Check, node: str, partner: str, tools: Tools) -> list[str]:
+    """The server side: one ib_write_bw server per port, all at once; each ends when its client has
+    measured. Returns their outputs (the client side records the result for both nodes)."""
+    servers = [
+        subprocess.Popen(
+            tools.command(check.tool, node, _pair_args(check, i, device), partner=partner, device=device),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i, device in enumerate(_devices(check))
+    ]
+    deadline = time.monotonic() + 2 * check.seconds
+    outputs = []
+    for server in servers:
+        try:
+            outputs.append(server.communicate(timeout=max(0.0, deadline - time.monotonic()))[0])
+        except subprocess.TimeoutExpired:  # the client never came: its node is down or never started
+            server.kill()
+            outputs.append(server.communicate()[0] + "\n(no client before the time limit)")
+    return outputs
+
+
+NOT_LISTENING = "Couldn't connect to"  # perftest's client, when no server listens yet on the TCP port
+
+
+def _client(command: list[str], check: Check) -> str:
+    """One port's client run; perftest does not retry its TCP handshake, so while the partner's server
+    is still starting (the pair's two sides start independently) the run is repeated, for at most
+    ``connect_wait_seconds``."""
+    deadline = time.monotonic() + float(check.params.get("connect_wait_seconds", 30))
+    while True:
+        text = _run(command, 2 * check.seconds)
+        if NOT_LISTENING not in text or time.monotonic() >= deadline:
+            return text
+        time.sleep(0.5)  # bounded retry of a handshake, not a synchronisation of tests
+
+
+def run_pair_client(
+    check: Check, node: str, partner: str, tools: Tools, address: str | None = None
+) -> list[dict[str, Any]]:
+    """The client side, towards the partner's servers on every port: one result per node of the pair,
+    each with the result per port (a port is a link between the two, so it answers for both)."""
+    started = time.time()
+    ports: dict[str, Any] = {}
+    for i, device in enumerate(_devices(check)):
+        args = (*_pair_args(check, i, device), address or partner)
+        text = _client(tools.command(check.tool, node, args, partner=partner, device=device), check)
+        verdict = parsers.ib_write_bw(text, check.params)
+        ports[device] = {"passed": verdict.passed, "summary": verdict.summary, **verdict.evidence}
+    bad = sorted(d for d, p in ports.items() if not p["passed"])
+    finished = time.time()
+    results = []
+    for here, there, role in ((node, partner, "client"), (partner, node, "server")):
+        evidence = {"partner": there, "role": role, "ports": ports}
+        summary = f"slow or unreadable towards {there}: {', '.join(bad)}" if bad else ""
+        summary = summary or f"{len(ports)} ports at line rate towards {there}"
+        verdict = parsers.Verdict(not bad, summary, evidence)
+        results.append(record(check, here, verdict, started, finished))
+    return results
+
+
+def post_results(url: str, results: list[dict[str, Any]], token: str | None = None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    httpx.post(f"{url.rstrip('/')}/v1/results", json=results, headers=headers, timeout=10).raise_for_status()
+
+
+def dumps(results: list[dict[str, Any]]) -> str:
+    return "\n".join(json.dumps(r, sort_keys=True) for r in results)

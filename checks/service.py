@@ -1,0 +1,152 @@
+"""The checks service: it keeps the latest result of every (node, check), serves them to the health
+service's validation gate and to people (GET /v1/results), and publishes them to Prometheus:
+
+- ``fleetsight_check_passed{cluster,node,check}``: 1 passed, 0 failed;
+- ``fleetsight_check_last_run_timestamp_seconds{cluster,node,check}``: when that result finished.
+
+Results arrive by POST /v1/results from whatever ran the check (a light-check timer on the node, the
+Slurm batch job, the Kubernetes Job), so the service never reaches into nodes itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .catalog import Check
+
+POLICY_FILE = Path(__file__).resolve().parent / "policy.yml"
+REQUIRED = ("node", "check", "passed", "summary", "finished")
+
+
+def load_policy(path: Path = POLICY_FILE) -> dict[str, Any]:
+    raw = yaml.safe_load(path.read_text()) or {}
+    after, default = raw.get("after"), raw.get("default")
+    if not isinstance(after, dict) or not isinstance(default, list):
+        raise ValueError(f"{path}: expected 'after' (signal -> checks) and 'default' (checks)")
+    return {"after": after, "default": default}
+
+
+def validate_policy(policy: dict[str, Any], catalog: dict[str, Check]) -> None:
+    for signal, names in [*policy["after"].items(), ("default", policy["default"])]:
+        unknown = [n for n in names if n not in catalog]
+        if unknown:
+            raise ValueError(f"policy {signal}: unknown checks {', '.join(unknown)}")
+
+
+class ResultStore:
+    """The latest result per (node, check), saved atomically to ``state_file`` after each change."""
+
+    def __init__(self, catalog: dict[str, Check], state_file: Path | None = None) -> None:
+        self.catalog = catalog
+        self.state_file = state_file
+        self.lock = threading.Lock()
+        self.latest: dict[tuple[str, str], dict[str, Any]] = {}
+        if state_file is not None and state_file.exists():
+            for item in json.loads(state_file.read_text()):
+                self.latest[(item["node"], item["check"])] = item
+
+    def add(self, results: list[Any]) -> int:
+        for item in results:
+            self._validate(item)
+        with self.lock:
+            for item in results:
+                key = (item["node"], item["check"])
+                if key not in self.latest or self.latest[key]["finished"] <= item["finished"]:
+                    self.latest[key] = item
+            self._save()
+        return len(results)
+
+    def _validate(self, item: Any) -> None:
+        if not isinstance(item, dict) or any(k not in item for k in REQUIRED):
+            raise ValueError(f"a result needs {', '.join(REQUIRED)}: {str(item)[:200]}")
+        if item["check"] not in self.catalog:
+            raise ValueError(f"unknown check {item['check']!r}")
+        if not isinstance(item["passed"], bool) or not isinstance(item["finished"], int | float):
+            raise ValueError("'passed' must be true/false and 'finished' a unix time")
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(list(self.latest.values())))
+        os.replace(tmp, self.state_file)
+
+    def results(self, node: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [r for (n, _), r in sorted(self.latest.items()) if node is None or n == node]
+
+
+class ResultCollector(Collector):
+    def __init__(self, store: ResultStore, cluster: str) -> None:
+        self.store, self.cluster = store, cluster
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["cluster", "node", "check"]
+        passed = GaugeMetricFamily(
+            "fleetsight_check_passed",
+            "1 when the node's last run of the check passed, 0 when it failed.",
+            labels=labels,
+        )
+        stamp = GaugeMetricFamily(
+            "fleetsight_check_last_run_timestamp_seconds",
+            "Unix time the node's last run of the check finished.",
+            labels=labels,
+        )
+        for item in self.store.results():
+            values = [self.cluster, item["node"], item["check"]]
+            passed.add_metric(values, 1.0 if item["passed"] else 0.0)
+            stamp.add_metric(values, float(item["finished"]))
+        yield passed
+        yield stamp
+
+
+def create_app(store: ResultStore, policy: dict[str, Any], cluster: str) -> FastAPI:
+    app = FastAPI(title="FleetSight checks service", version="1")
+    registry = CollectorRegistry()
+    registry.register(ResultCollector(store, cluster))
+
+    @app.post("/v1/results", summary="Record check results (a list of result records)")
+    async def post_results(request: Request) -> dict[str, int]:
+        try:
+            body = await request.json()
+            if not isinstance(body, list):
+                raise ValueError("the body must be a list of results")
+            return {"recorded": store.add(body)}
+        except ValueError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+
+    @app.get("/v1/results", summary="Latest result per node and check (?node=)")
+    async def get_results(node: str | None = None) -> dict[str, Any]:
+        return {"results": store.results(node)}
+
+    @app.get("/v1/policy", summary="Which checks must pass after which fault")
+    async def get_policy() -> dict[str, Any]:
+        return policy
+
+    @app.get("/v1/catalog", summary="The check catalogue")
+    async def get_catalog() -> dict[str, Any]:
+        return {
+            n: {"kind": c.kind, "seconds": c.seconds, "disturbs": c.disturbs}
+            for n, c in store.catalog.items()
+        }
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    @app.get("/-/ready", include_in_schema=False)
+    async def ready() -> dict[str, str]:
+        return {"status": "ready"}
+
+    return app

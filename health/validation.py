@@ -1,0 +1,166 @@
+"""The validation gate: a node FleetSight drained for a fault returns to service only after the checks
+its fault calls for have passed (checks/policy.yml, read from the checks service's GET /v1/policy).
+
+Where each node is: ``drained`` (FleetSight's drain, fault still present or node not idle yet) ->
+``repair`` (a repair signal) -> ``validating`` (the signal cleared; waiting for fresh passing results
+of the required checks) -> ``resumed`` (all passed: the drain is released) or ``failed`` (one failed:
+the node stays out; a later passing run of that check resumes it).
+
+Only results that finished after the node entered validation count, so a pass from before the repair
+never resumes a node. The gate reads the checks service in a thread of its own, never inside a refresh;
+when the service cannot be read, nothing is resumed (a gate that cannot see its evidence stays shut).
+
+Installed by :func:`add_routes` when ``FLEETSIGHT_CHECKS_URL`` names the checks service; without it the
+engine releases drains as before."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import Depends, FastAPI, HTTPException
+
+log = logging.getLogger("fleetsight.health.validation")
+
+
+@dataclass
+class Validation:
+    node: str
+    signal: str
+    since: float  # entered validation: only results finished after this count
+    required: list[str]
+    phase: str = "validating"
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    decided: float | None = None
+
+
+class ValidationGate:
+    """``may_release(node, drain_reason, now)`` is the engine's release hook (HealthEngine.release_gate)."""
+
+    def __init__(self, checks_url: str | None) -> None:
+        self.checks_url = checks_url.rstrip("/") if checks_url else None
+        self.results: dict[tuple[str, str], dict[str, Any]] = {}
+        self.policy: dict[str, Any] | None = None
+        self.error = ""
+        self.nodes: dict[str, Validation] = {}
+        self.lock = threading.Lock()
+
+    # -------------------------------------------------------------- reading the checks service
+    def refresh(self) -> set[str]:
+        """Read results and policy; return the nodes under validation whose results changed."""
+        if self.checks_url is None:
+            return set()
+        try:
+            policy = httpx.get(f"{self.checks_url}/v1/policy", timeout=5).raise_for_status().json()
+            items = httpx.get(f"{self.checks_url}/v1/results", timeout=5).raise_for_status().json()["results"]
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            self.error = f"checks service {self.checks_url}: {exc}"
+            return set()
+        results = {(r["node"], r["check"]): r for r in items}
+        with self.lock:
+            changed = {
+                n for (n, c), r in results.items() if self.results.get((n, c)) != r and n in self.nodes
+            }
+            self.results, self.policy, self.error = results, policy, ""
+        return changed
+
+    # -------------------------------------------------------------- the gate
+    def required_for(self, signal: str) -> list[str] | None:
+        if self.policy is None:
+            return None
+        return list(self.policy["after"].get(signal, self.policy["default"]))
+
+    def may_release(self, node: str, drain_reason: str, now: float) -> bool:
+        signal = drain_reason.split(" ", 1)[0]  # the engine writes "<signal> (<source>)"
+        with self.lock:
+            entry = self.nodes.get(node)
+            if entry is None or entry.phase == "resumed" or entry.signal != signal:
+                required = self.required_for(signal)
+                if required is None:  # no policy read yet: nothing is known to have passed
+                    return False
+                entry = self.nodes[node] = Validation(node, signal, now, required)
+                log.info(
+                    "event=validation_started node=%s signal=%s checks=%s", node, signal, ",".join(required)
+                )
+            return self._decide(entry, now)
+
+    def _decide(self, entry: Validation, now: float) -> bool:
+        fresh = {
+            c: r
+            for c in entry.required
+            if (r := self.results.get((entry.node, c))) and r["finished"] >= entry.since
+        }
+        entry.missing = [c for c in entry.required if c not in fresh]
+        entry.failed = [
+            {k: r.get(k) for k in ("check", "summary", "finished", "runbook")}
+            for r in fresh.values()
+            if not r["passed"]
+        ]
+        phase = "failed" if entry.failed else "validating" if entry.missing else "resumed"
+        if phase != entry.phase:
+            entry.decided = now
+            log.info("event=validation node=%s phase=%s", entry.node, phase)
+        entry.phase = phase
+        return phase == "resumed"
+
+    # -------------------------------------------------------------- where each node is
+    def view(self, records: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every node FleetSight holds drained, or the gate has seen, with its phase."""
+        out = []
+        with self.lock:
+            for node, record in sorted(records.items()):
+                entry = self.nodes.get(node)
+                if record.drain_origin == "auto" and (entry is None or entry.phase == "resumed"):
+                    phase = "repair" if record.state == "repair" else "drained"
+                    out.append(
+                        {"node": node, "phase": phase, "state": record.state, "drain": record.drain_reason}
+                    )
+                elif entry is not None:
+                    out.append({**asdict(entry), "state": record.state})
+        return out
+
+
+def _refresh_loop(gate: ValidationGate, service: Any, interval: float) -> None:
+    while not service.stop_event.wait(interval):
+        changed = gate.refresh()
+        if changed:  # re-decide those nodes at the service's next pass
+            service.engine.dirty.update(changed)
+            service.wake.set()
+
+
+def add_routes(app: FastAPI, service: Any, reader: Any) -> ValidationGate:
+    """The read-only route, and the gate on the engine when the checks service is configured."""
+    gate = ValidationGate(os.environ.get("FLEETSIGHT_CHECKS_URL"))
+    if gate.checks_url:
+        gate.refresh()
+        service.engine.release_gate = gate.may_release
+        interval = float(os.environ.get("FLEETSIGHT_CHECKS_REFRESH", "5"))
+        threading.Thread(target=_refresh_loop, args=(gate, service, interval), daemon=True).start()
+
+    @app.get(
+        "/v1/validation",
+        summary="Where each drained node is: drained, repair, validating, resumed, failed",
+        dependencies=[Depends(reader)],
+    )
+    async def validation() -> dict[str, Any]:
+        return {
+            "enabled": bool(gate.checks_url),
+            "error": gate.error,
+            "nodes": gate.view(service.engine.nodes),
+        }
+
+    @app.get("/v1/validation/{node}", summary="One node's validation", dependencies=[Depends(reader)])
+    async def validation_node(node: str) -> dict[str, Any]:
+        found = [item for item in gate.view(service.engine.nodes) if item["node"] == node]
+        if not found:
+            raise HTTPException(
+                status_code=404, detail=f"node {node!r} is not drained or validated by FleetSight"
+            )
+        return found[0]
+
+    return gate
