@@ -939,10 +939,10 @@ def markdown(rows: list[Row], images: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-# Sources whose versions the repository does not pin: Debian's point releases and the transitive
-# dependencies of a private venv's pinned requirement move under a fresh machine's setup, so the generated
+# Sources whose versions the repository does not pin: Debian's point releases, npm's and a private venv's
+# transitive dependencies of a pinned requirement move under a fresh machine's setup, so the generated
 # page names them without a version (their licences are still checked on every run).
-FLOATING_KINDS = frozenset({"debian", "python:elastalert"})
+FLOATING_KINDS = frozenset({"debian", "python:elastalert", "npm"})
 
 
 def documented_version(artifact: Artifact) -> str:

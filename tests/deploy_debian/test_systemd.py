@@ -27,6 +27,8 @@ CEILINGS = {
     "fleetsight-anomaly.service": 1.2,
     "fleetsight-health.service": 1.2,
     "fleetsight-chatbot.service": 1.2,
+    "fleetsight-checks.service": 1.2,
+    "fleetsight-checks-light.service": 1.2,  # oneshot, started by fleetsight-checks-light.timer
 }
 GOOD = ("SAFE", "OK")
 

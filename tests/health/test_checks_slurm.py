@@ -242,7 +242,8 @@ def test_drained_node_stays_out_on_failing_diagnostic_and_resumes_after_a_pass(
         sync(slurm, url, ledger)
         trace(url, slurm, node, "dcgm_diag_r3 ERR: stays out")
         assert node in [d["node"] for d in httpx.get(f"{url}/v1/drain-list").json()["nodes"]]
-        assert sinfo(slurm)[node][0] == "drained$"  # $: still in its reservation until the next pass
+        # Still drained: "$" while its maintenance reservation lasts, which may end first on a slow machine.
+        assert sinfo(slurm)[node][0] in ("drained", "drained$")
 
         world["faults"].write_text("{}\n")  # the GPU is replaced
         assert runner.cycle(validation_requests(url, catalog, retry_after=3600)).start == []  # not yet
