@@ -87,7 +87,7 @@ def job_series(scenario: Scenario, start: dt.datetime, until: float) -> dict[str
 def prometheus_with_rules(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """Backfilled blocks, then a Prometheus evaluating rules/*.yml over them; yields (URL, truth file)."""
     if shutil.which("prometheus") is None:
-        pytest.skip("prometheus is not installed")
+        pytest.fail("prometheus is not installed: run `fleetsight setup` (Debian prometheus)")
     scenario = load(SCENARIO)
     blocks = tmp_path / "blocks"
     end = dt.datetime.now(dt.UTC).replace(microsecond=0)
