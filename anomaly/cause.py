@@ -35,6 +35,7 @@ def cause_of(
     """Which hardware signal explains the slow node, and its values against the peers' median."""
     node = node_idx[pos]
     peers = [i for i in node_idx if i != node]
+    window.load_evidence(node_idx)
 
     def node_vs_peers(array: np.ndarray, per_gpu: bool = True) -> tuple[float, float]:
         value = array[node, gpu] if per_gpu else nanmedian(array[node])

@@ -61,15 +61,31 @@ __all__ = ["CAUSES", "CycleResult", "Detector", "DetectorConfig", "Event", "Stra
 
 
 def leave_one_out_median(values: np.ndarray) -> np.ndarray:
-    """For each element, the median of all the others (NaN-aware)."""
+    """For each element, the median of all the others (NaN-aware). From one sort: without the element
+    of rank r, the others' middle positions p are the sorted array's p, or p + 1 from r on (the same
+    values as a median per element, bit for bit, ~12x cheaper: at 12,500 nodes the per-element medians
+    were a third of the detector's cycle)."""
     m = len(values)
     if m > 16:  # one node barely moves the median of many; the plain median is cheaper
         return np.full(m, np.nanmedian(values))
-    out = np.empty(m)
-    for i in range(m):
-        others = np.delete(values, i)
-        out[i] = np.nanmedian(others) if np.isfinite(others).any() else np.nan
+    out = np.full(m, np.nan)
+    finite = np.flatnonzero(np.isfinite(values))
+    if not finite.size:
+        return out
+    order = finite[np.argsort(values[finite], kind="stable")]
+    ranked = values[order]
+    out[~np.isfinite(values)] = np.median(ranked)  # without a NaN element: every finite one
+    if ranked.size > 1:
+        rank = np.arange(ranked.size)
+        low, high = (ranked.size - 2) // 2, (ranked.size - 1) // 2
+        out[order] = (ranked[low + (low >= rank)] + ranked[high + (high >= rank)]) / 2
     return out
+
+
+def row_medians(values: np.ndarray) -> np.ndarray:
+    """np.nanmedian(values, axis=1), ~8x cheaper on the usual window without a NaN (the same values:
+    numpy's NaN-aware path on small arrays goes through masked arrays)."""
+    return np.median(values, axis=1) if np.isfinite(values).all() else np.nanmedian(values, axis=1)
 
 
 def _safe_log(values: np.ndarray) -> np.ndarray:
@@ -159,7 +175,7 @@ class Detector:
         tensor = window.tensor[node_idx]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            node_level = np.nanmedian(tensor, axis=1)
+            node_level = row_medians(tensor)
         top = float(np.nanmax(node_level)) if np.isfinite(node_level).any() else math.nan
         if not math.isfinite(top) or top < cfg.min_activity:
             return None
@@ -207,8 +223,8 @@ class Detector:
         clock = _safe_log(window.sm_clock[node_idx])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            power_ref = leave_one_out_median(np.nanmedian(power, axis=1))
-            clock_ref = leave_one_out_median(np.nanmedian(clock, axis=1))
+            power_ref = leave_one_out_median(row_medians(power))
+            clock_ref = leave_one_out_median(row_medians(clock))
         features = np.stack([z, power - power_ref[:, None], clock - clock_ref[:, None]], axis=-1).reshape(
             -1, 3
         )
@@ -511,7 +527,7 @@ class Detector:
         tensor = window.tensor[node_idx]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            ref = leave_one_out_median(np.nanmedian(tensor, axis=1))
+            ref = leave_one_out_median(row_medians(tensor))
         dev = _safe_log(tensor) - _safe_log(ref)[:, None]
         ok = np.isfinite(dev) & ~busy[:, None]
         # A GPU's first windows average with equal weights, so one window of a (re)start that is still

@@ -26,13 +26,15 @@ from typing import Any
 
 import httpx
 
-from fleetsight.dcgm import promql_selector_any
+from fleetsight.dcgm import names_of
+from fleetsight.promql import any_of
 from fleetsight.slurmrest import SlurmRest, SlurmRestError, running_jobs
 from fleetsight.slurmrest import expand_hostlist as expand_hostlist  # importable from here, as before
 
 from .jobs import DEFAULT_POD_LABEL_KEYS, JobIdentity, from_series, merge, sanitize_label_name
 from .window import (
     CLOCK_EVENTS,
+    EVIDENCE_FIELDS,
     THROTTLE_HW_POWER_BRAKE,
     THROTTLE_HW_THERMAL,
     THROTTLE_SW_THERMAL,
@@ -52,7 +54,9 @@ IB_ERROR_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery")
 RECORDED_WINDOW = ("30s", "5s")
 # How old a recorded value may be: the group's interval (30 s: one evaluation per cycle) plus the time an
 # evaluation takes (the group's timestamp is its start; at 50,000 GPUs a shard on 2 cores took ~15 s).
-RECORDED_FRESH = "1m"
+RECORDED_FRESH, RECORDED_FRESH_S = "1m", 60
+# Recorded only where above 0 (Queries.recording_rules): absent means 0.
+SPARSE_RECORDS = frozenset({"brake", "thermal", "pcie_downgraded", "ib_errors"})
 # The labels a node's jobs, GPU model and cluster are read from (anomaly/jobs.py: hpc_job, else the first
 # listed pod label, with its namespace); the recorded per-GPU values carry only cluster, node and gpu.
 JOB_LABELS = (
@@ -87,34 +91,46 @@ class Queries:
     window: str = "30s"
     step: str = "5s"
 
-    def gpu_fields(self) -> dict[str, str]:
-        w = self.window
-        # The clock-event reasons under either name (the counters file decides which); max without
-        # __name__ makes a GPU seen under both one series, so its bits are not counted twice and the
-        # arithmetic below never meets two series with one label set (an error in Prometheus 2.x).
-        shares = self.throttle_shares(f"max without (__name__) ({promql_selector_any(CLOCK_EVENTS)})")
+    def gpu_fields(self, matchers: str = "") -> dict[str, str]:
+        """Field -> the raw reduction of one window; ``matchers`` (e.g. ``node=~"a|b"``) narrows every
+        selector to some nodes (a flag's evidence)."""
+        w, m = self.window, f"{{{matchers}}}" if matchers else ""
+        downgraded = f'fleetsight_pcie_link_downgraded{{kind="gpu"{", " + matchers if matchers else ""}}}'
+        h2d = f"fleetsight_pcie_host_to_device_bandwidth_bytes_per_second{m}"
         return {
-            "tensor": f"quantile_over_time(0.5, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE[{w}])",
-            "power": f"quantile_over_time(0.5, DCGM_FI_DEV_POWER_USAGE[{w}])",
-            "sm_clock": f"quantile_over_time(0.5, DCGM_FI_DEV_SM_CLOCK[{w}])",
-            "util": f"quantile_over_time(0.5, DCGM_FI_DEV_GPU_UTIL[{w}])",
-            **shares,
-            "pcie_downgraded": 'max by (node, gpu) (fleetsight_pcie_link_downgraded{kind="gpu"})',
-            "h2d_bandwidth": "max by (node, gpu) (fleetsight_pcie_host_to_device_bandwidth_bytes_per_second)",
+            "tensor": f"quantile_over_time(0.5, DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{m}[{w}])",
+            "power": f"quantile_over_time(0.5, DCGM_FI_DEV_POWER_USAGE{m}[{w}])",
+            "sm_clock": f"quantile_over_time(0.5, DCGM_FI_DEV_SM_CLOCK{m}[{w}])",
+            "util": f"quantile_over_time(0.5, DCGM_FI_DEV_GPU_UTIL{m}[{w}])",
+            **self.throttle_shares("max without ()", matchers),
+            "pcie_downgraded": f"max by (node, gpu) ({downgraded})",
+            "h2d_bandwidth": f"max by (node, gpu) ({h2d})",
         }
 
-    def throttle_shares(self, reasons: str) -> dict[str, str]:
+    def throttle_shares(self, aggregate: str, matchers: str = "") -> dict[str, str]:
         """The window's share of samples with the power-brake bit, and with a thermal bit (SW or HW),
-        of the clock-event reasons ``reasons`` (one series per GPU). The two thermal bits are adjacent
-        (0x20, 0x40): floor(x / 0x20) % 4 is non-zero when either is set: one selector and no join of
-        two vectors (at 50,000 GPUs a shard spent 17 s on the sum of two bit tests)."""
+        of the clock-event reasons, one series per GPU (``aggregate``: e.g. ``max by (cluster, node,
+        gpu)``, applied once to the shares).
+
+        A bit test is a remainder and one comparison: x % 256 >= 128 is bit 0x80; the two thermal bits
+        are adjacent (0x20, 0x40), so x % 128 >= 32 is either of them. Each name of the field (the
+        counters file decides which is published) has its own subquery, joined with ``or``: a GPU seen
+        under both names counts once, the bits are never counted twice, and no aggregation runs at every
+        step of the subquery (at 50,000 GPUs a shard spent 17 s on a sum of two bit tests, and the
+        per-step ``max by`` and floor arithmetic were most of what is left)."""
         assert THROTTLE_HW_THERMAL == 2 * THROTTLE_SW_THERMAL  # the adjacency the thermal test uses
         w, s = self.window, self.step
-        brake = f"floor({reasons} / {THROTTLE_HW_POWER_BRAKE}) % 2"
-        thermal = f"clamp_max(floor({reasons} / {THROTTLE_SW_THERMAL}) % 4, 1)"
+        tests = {
+            "brake": f"% {2 * THROTTLE_HW_POWER_BRAKE} >= bool {THROTTLE_HW_POWER_BRAKE}",
+            "thermal": f"% {4 * THROTTLE_SW_THERMAL} >= bool {THROTTLE_SW_THERMAL}",
+        }
+        selector = f"{{{matchers}}}" if matchers else ""
+        names = names_of(CLOCK_EVENTS)
         return {
-            "brake": f"avg_over_time(({brake})[{w}:{s}])",
-            "thermal": f"avg_over_time(({thermal})[{w}:{s}])",
+            key: f"{aggregate} ("
+            + " or ".join(f"avg_over_time(({name}{selector} {test})[{w}:{s}])" for name in names)
+            + ")"
+            for key, test in tests.items()
         }
 
     def node_fields(self) -> dict[str, str]:
@@ -138,17 +154,17 @@ class Queries:
         return (self.window, self.step) == RECORDED_WINDOW
 
     def record_names(self) -> dict[str, str]:
-        """Window field -> the recorded series that holds it (``job_labels``: the nodes' job labels)."""
+        """Window field -> the recorded series that holds it (``job_labels``: the nodes' job labels).
+        The evidence-only fields (EVIDENCE_FIELDS) are not recorded: a flag reads them raw, for its
+        nodes only."""
         w = self.window
         return {
             "tensor": f"gpu:dcgm_tensor_active:median{w}",
             "power": f"gpu:dcgm_power_usage_watts:median{w}",
             "sm_clock": f"gpu:dcgm_sm_clock_mhz:median{w}",
-            "util": f"gpu:dcgm_gpu_util_percent:median{w}",
             "brake": f"gpu:dcgm_power_brake:share{w}",
             "thermal": f"gpu:dcgm_thermal_throttle:share{w}",
             "pcie_downgraded": "gpu:fleetsight_pcie_link_downgraded:max",
-            "h2d_bandwidth": "gpu:fleetsight_pcie_h2d_bandwidth_bytes_per_second:max",
             "ib_errors": f"node:fleetsight_infiniband_port_errors:increase{w}",
             "ib_xmit_wait": f"node:fleetsight_infiniband_port_xmit_wait:rate{w}",
             "job_labels": f"node_job:dcgm_gpus:group{w}",
@@ -156,7 +172,13 @@ class Queries:
 
     def recording_rules(self) -> dict[str, str]:
         """Record name -> expression: the raw reductions above, one series per GPU (or node) with only
-        the labels the window reads. rules/anomaly.yml is this (tests/anomaly/test_anomaly_recorded.py)."""
+        the labels the window reads. rules/anomaly.yml is this (tests/anomaly/test_anomaly_recorded.py).
+
+        The fields that are 0 on nearly every GPU or node (SPARSE_RECORDS: throttle shares, PCIe
+        downgrades, link errors) are recorded only where they are not (``> 0``): Thanos Query fetches
+        every series a selector matches from the shards before it filters, so a filter at read time
+        saves only the answer, a filter in the rule saves the fetch (at 100,000 GPUs, three of the
+        cycle's eight per-GPU vectors)."""
         names, gpu, w = self.record_names(), self.gpu_fields(), self.window
         per_gpu = "max by (cluster, node, gpu)"
         by = f"group by ({', '.join(JOB_LABELS)})"
@@ -169,38 +191,41 @@ class Queries:
                 for metric in ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_POWER_USAGE")
             )
         }
-        exprs |= {names[k]: f"{per_gpu} ({gpu[k]})" for k in ("tensor", "power", "sm_clock", "util")}
-        exprs[names["pcie_downgraded"]] = f'{per_gpu} (fleetsight_pcie_link_downgraded{{kind="gpu"}})'
-        exprs[names["h2d_bandwidth"]] = (
-            f"{per_gpu} (fleetsight_pcie_host_to_device_bandwidth_bytes_per_second)"
-        )
-        exprs[names["ib_errors"]] = " + ".join(
+        exprs |= {names[k]: f"{per_gpu} ({gpu[k]})" for k in ("tensor", "power", "sm_clock")}
+        exprs[names["pcie_downgraded"]] = f'{per_gpu} (fleetsight_pcie_link_downgraded{{kind="gpu"}}) > 0'
+        errors = " + ".join(
             f"sum by (cluster, node) (increase(fleetsight_infiniband_port_{counter}_total[{w}]))"
             for counter in IB_ERROR_COUNTERS
         )
+        exprs[names["ib_errors"]] = f"({errors}) > 0"
         exprs[names["ib_xmit_wait"]] = (
             f"sum by (cluster, node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))"
         )
-        # Last, the costliest (subqueries): the bits of one series per GPU, reduced to the record's
-        # labels before the subquery's steps rather than after them.
-        shares = self.throttle_shares(f"{per_gpu} ({promql_selector_any(CLOCK_EVENTS)})")
-        exprs |= {names[k]: v for k, v in shares.items()}
+        # Last, the costliest (subqueries).
+        exprs |= {names[k]: f"{v} > 0" for k, v in self.throttle_shares(per_gpu).items()}
         return exprs
 
     def recorded_reads(self) -> dict[str, str]:
-        """Field -> what a cycle asks for in the recorded mode. ``last_over_time`` over RECORDED_FRESH:
+        """Field -> what a cycle asks for in the recorded mode, the values with node (and gpu) only
+        (Thanos adds shard and cluster). Dense records: ``last_over_time`` over RECORDED_FRESH, so that
         a rule group that stopped (or a shard without the rules) reads as absent after it rather than
-        after Prometheus's 5-minute lookback, and Thanos fetches that much of the recorded series.
-        Throttle shares, downgrades and IB errors are 0 for nearly every GPU and node, and the window
-        starts at 0 there: only the others are sent (``> 0``, the same arrays)."""
-        sparse = {"brake", "thermal", "pcie_downgraded", "ib_errors", "ib_xmit_wait"}
+        after Prometheus's 5-minute lookback. Sparse records (SPARSE_RECORDS, written only where > 0):
+        an instant selector, which honours the staleness marker Prometheus writes when a GPU's share
+        falls back to 0 and drops out of the rule's output (``last_over_time`` would still see the
+        previous value), kept only when written within RECORDED_FRESH. Where the window starts at 0,
+        only the values above 0 are sent."""
         node_keys = set(self.node_fields())
         out = {}
         for key, name in self.record_names().items():
-            fresh = f"last_over_time({name}[{RECORDED_FRESH}])"
-            if key != "job_labels":  # the values with node (and gpu) only: Thanos adds shard and cluster
-                fresh = f"max by ({'node' if key in node_keys else 'node, gpu'}) ({fresh})"
-            out[key] = f"{fresh} > 0" if key in sparse else fresh
+            by = f"max by ({'node' if key in node_keys else 'node, gpu'})"
+            if key == "job_labels":
+                out[key] = f"last_over_time({name}[{RECORDED_FRESH}])"
+            elif key in SPARSE_RECORDS:
+                out[key] = f"{by} ({name} and (time() - timestamp({name}) < {RECORDED_FRESH_S}))"
+            elif key == "ib_xmit_wait":
+                out[key] = f"{by} (last_over_time({name}[{RECORDED_FRESH}])) > 0"
+            else:
+                out[key] = f"{by} (last_over_time({name}[{RECORDED_FRESH}]))"
         return out
 
 
@@ -283,7 +308,25 @@ class PrometheusSource:
                 raise SourceError(f"{self.url}: no recorded window ({self.queries.record_names()['tensor']})")
             results = self._read_raw(end)
         gpus, nodes, labels = results
-        return window_from_values(end, gpus, nodes, self.slurm_jobs(), self.identity, labels)
+        window = window_from_values(end, gpus, nodes, self.slurm_jobs(), self.identity, labels)
+        if self.mode_now == "recorded":
+            window.evidence_loader = self._load_evidence
+        return window
+
+    def _load_evidence(self, window: Window, node_idx: list[int]) -> None:
+        """The evidence-only fields of these nodes: the raw reductions of the window ending at the
+        cycle's read, narrowed to the nodes (a few series, where every cycle would read 100,000). A failed
+        read leaves them NaN (the flag then says so with nulls) rather than failing the cycle."""
+        names = [window.nodes[i] for i in node_idx]
+        index = {name: i for i, name in enumerate(window.nodes)}
+        reads = self.queries.gpu_fields(f"node=~{any_of(names)}")
+        for key in EVIDENCE_FIELDS:
+            try:
+                values = self.query_values(reads[key], window.end, per_gpu=True)
+            except SourceError as exc:
+                log.warning(json.dumps({"event": "evidence_unread", "field": key, "error": str(exc)}))
+                continue
+            _fill_gpu_field(getattr(window, key), index, values, window.gpus)
 
     def _recordable(self) -> bool:
         # The rules group on the default pod-label keys: a service told other keys reads the raw labels.

@@ -7,6 +7,7 @@ exercise the same code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,9 @@ THROTTLE_SW_POWER_CAP = 0x4
 THROTTLE_SW_THERMAL = 0x20
 THROTTLE_HW_THERMAL = 0x40
 THROTTLE_HW_POWER_BRAKE = 0x80
+# Window fields the detector never scores, only quotes (and the cause's PCIe test compares): utilisation
+# and the host-to-device probe.
+EVIDENCE_FIELDS = ("util", "h2d_bandwidth")
 
 
 @dataclass
@@ -46,6 +50,18 @@ class Window:
     # of each node's series where they carry one (a Thanos query adds it), for the job-node series.
     job_refs: dict[str, JobRef] = field(default_factory=dict)
     node_cluster: dict[int, str] = field(default_factory=dict)
+    # Evidence-only fields (EVIDENCE_FIELDS: read for a flag's explanation, never for detection) may be
+    # left NaN by the source and filled on demand for the nodes a flag names: at 100,000 GPUs reading
+    # them every cycle was two of the cycle's five dense vectors (docs/anomaly.md, "Recorded window").
+    evidence_loader: Callable[[Window, list[int]], None] | None = field(default=None, repr=False)
+    evidence_loaded: set[int] = field(default_factory=set, repr=False)
+
+    def load_evidence(self, node_idx: list[int]) -> None:
+        """Make the evidence-only fields of ``node_idx`` present (a no-op where the source read them)."""
+        missing = sorted(set(node_idx) - self.evidence_loaded)
+        if self.evidence_loader is not None and missing:
+            self.evidence_loader(self, missing)
+        self.evidence_loaded.update(missing)
 
     @classmethod
     def empty(cls, end: float, nodes: list[str], gpus: int) -> Window:

@@ -74,7 +74,7 @@ def active_results(node: str, page: str, faults: list[dict[str, Any]]) -> dict[s
         "row_remap": parsers.row_remap(page, catalog["row_remap"].params),
         "power_brake": parsers.clock_events(page, catalog["power_brake"].params),
     }
-    for level in (1, 2, 3):
+    for level in (1, 2, 3, 4):
         text = __import__("json").dumps(twin_checks.dcgmi_diag(level, faults))
         out[f"dcgm_diag_r{level}"] = parsers.dcgm_diag(text, {})
     for name, test in (("gemm_throughput", "gemm"), ("hbm_bandwidth", "hbm")):

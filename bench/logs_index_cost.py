@@ -177,10 +177,14 @@ def main() -> None:
             "bulk 5000, ids: the origin alone (before)": (now(), 5000, origin_id),
             "bulk 5000, ids made by OpenSearch (a replay would duplicate)": (now(), 5000, None),
             "bulk 5000, message norms off": (
-                with_message(now(), {"type": "text", "norms": False}), 5000, edge_document_id
+                with_message(now(), {"type": "text", "norms": False}),
+                5000,
+                edge_document_id,
             ),
             "bulk 5000, message match_only_text": (
-                with_message(now(), {"type": "match_only_text"}), 5000, edge_document_id
+                with_message(now(), {"type": "match_only_text"}),
+                5000,
+                edge_document_id,
             ),
         }
         if args.only:

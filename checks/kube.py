@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import calendar
+import hashlib
 import os
 import ssl
 import time
@@ -28,6 +29,7 @@ from .plan import Decision, Unit, plan, with_partners
 TAINT_KEY = "fleetsight.io/unhealthy"  # health/kubernetes.py's taint (a contract, not an import)
 CHECK_LABEL = "fleetsight.io/check"
 NODE_LABEL = "fleetsight.io/check-{name}"
+STARTED_ANNOTATION = "fleetsight.io/started"
 
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -63,9 +65,29 @@ class KubeClient:
         return response.json()
 
 
-def created_at(item: dict[str, Any]) -> float:
-    stamp = item["metadata"].get("creationTimestamp", "1970-01-01T00:00:00Z")
-    return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+def job_name(check: str, node: str, started: float) -> str:
+    """``fleetsight-check-<check>-<node>-<start in unix milliseconds>``, at most 63 characters (the
+    ``job-name`` label of its pods). Milliseconds: a check that ends at once (a failed tool) can be started
+    again on the node within the same second. A long node name is cut and a digest of it added, never the
+    time: a cut time would give the next run on the node the same name (409 Conflict), and two nodes
+    sharing a long prefix (a pair's two Jobs, started together) must still differ."""
+    base, stamp = f"fleetsight-check-{check.replace('_', '-')}-{node}", str(round(started * 1000))
+    if len(base) + 1 + len(stamp) > 63:
+        digest = hashlib.sha256(node.encode()).hexdigest()[:6]
+        base = f"{base[: 63 - len(stamp) - len(digest) - 2].rstrip('-.')}-{digest}"
+    return f"{base}-{stamp}"
+
+
+def started_at(item: dict[str, Any]) -> float:
+    """When the pass started the Job: its ``fleetsight.io/started`` annotation (unix time, to the
+    millisecond), else its creationTimestamp (whole seconds: a result of the run before, finished in the
+    same second, would count as this Job's)."""
+    started = (item["metadata"].get("annotations") or {}).get(STARTED_ANNOTATION)
+    try:
+        return float(started)
+    except (TypeError, ValueError):
+        stamp = item["metadata"].get("creationTimestamp", "1970-01-01T00:00:00Z")
+        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
 
 
 @dataclass
@@ -105,7 +127,7 @@ class KubeChecks:
             done = (
                 status.get("succeeded")
                 or status.get("failed")
-                or (result and result["finished"] >= created_at(job))
+                or (result and result["finished"] >= started_at(job))
             )
             if not done:
                 units.append(Unit(check, (node,)))
@@ -148,8 +170,8 @@ class KubeChecks:
         return internal[0] if internal else node
 
     def job(self, unit: Unit, side: list[str] | None = None) -> dict[str, Any]:
-        check, node = self.catalog[unit.check], unit.nodes[0]
-        name = f"fleetsight-check-{check.name.replace('_', '-')}-{node}-{int(time.time())}"[:63]
+        check, node, started = self.catalog[unit.check], unit.nodes[0], round(time.time(), 3)
+        name = job_name(check.name, node, started)
         what = side or ["checks", "run", "--node", node, "--check", check.name]
         args = [*self.command, *what, "--report", self.checks_url]
         args += ["--tools", self.tools] if self.tools else []
@@ -160,7 +182,12 @@ class KubeChecks:
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": {STARTED_ANNOTATION: f"{started:.3f}"},
+            },
             "spec": {
                 "backoffLimit": 0,
                 "activeDeadlineSeconds": int(2 * check.seconds),

@@ -13,7 +13,6 @@ a downgraded one a few GB/s). Two ways to get the figure:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -23,6 +22,8 @@ import time
 from typing import Any
 
 from prometheus_client.core import Metric
+
+from fleetsight.cuda import CudaDriver
 
 from .core import Families, Problems, Source, kv, read_text, register_collector
 from .gpus import GpuMap, normalize_bdf
@@ -54,50 +55,31 @@ def parse_bandwidth_file(text: str) -> tuple[float, list[dict]]:
 
 
 class CudaBandwidthProbe:
-    """Host-to-device copy bandwidth per GPU through the CUDA driver API."""
+    """Host-to-device copy bandwidth per GPU through the CUDA driver API (``fleetsight.cuda``)."""
 
     def __init__(self) -> None:
-        self.cuda = ctypes.CDLL("libcuda.so.1")
-        self._check(self.cuda.cuInit(0), "cuInit")
-
-    def _check(self, status: int, call: str) -> None:
-        if status != 0:
-            raise RuntimeError(f"{call} failed with CUDA error {status}")
+        self.driver = CudaDriver()
 
     def measure(self) -> list[dict]:
-        count = ctypes.c_int()
-        self._check(self.cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-        return [self._measure_one(ordinal) for ordinal in range(count.value)]
+        return [self._measure_one(ordinal) for ordinal in range(self.driver.device_count())]
 
     def _measure_one(self, ordinal: int) -> dict:
-        cuda, check = self.cuda, self._check
-        device = ctypes.c_int()
-        check(cuda.cuDeviceGet(ctypes.byref(device), ordinal), "cuDeviceGet")
-        bus_id = ctypes.create_string_buffer(32)
-        check(cuda.cuDeviceGetPCIBusId(bus_id, 32, device), "cuDeviceGetPCIBusId")
-        context = ctypes.c_void_p()
-        check(cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device), "cuCtxCreate")
-        host, dev = ctypes.c_void_p(), ctypes.c_uint64()
-        try:
-            check(cuda.cuMemAllocHost_v2(ctypes.byref(host), ctypes.c_size_t(COPY_BYTES)), "cuMemAllocHost")
-            check(cuda.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(COPY_BYTES)), "cuMemAlloc")
-            copy = cuda.cuMemcpyHtoD_v2
-            copy.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
-            check(copy(dev, host, COPY_BYTES), "cuMemcpyHtoD")  # warm-up: page tables, link wake-up
-            check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+        driver = self.driver
+        bus_id = driver.pci_bus_id(ordinal)
+        with (
+            driver.primary_context(ordinal),
+            driver.pinned_memory(COPY_BYTES) as host,
+            driver.device_memory(COPY_BYTES) as dev,
+        ):
+            driver.copy_to_device(dev, host, COPY_BYTES)  # warm-up: page tables, link wake-up
+            driver.synchronize()
             started = time.perf_counter()
             for _ in range(COPIES):
-                check(copy(dev, host, COPY_BYTES), "cuMemcpyHtoD")
-            check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+                driver.copy_to_device(dev, host, COPY_BYTES)
+            driver.synchronize()
             elapsed = time.perf_counter() - started
-        finally:
-            if dev.value:
-                cuda.cuMemFree_v2(dev)
-            if host.value:
-                cuda.cuMemFreeHost(host)
-            cuda.cuCtxDestroy_v2(context)
         return {
-            "pci_bdf": normalize_bdf(bus_id.value.decode()) or bus_id.value.decode(),
+            "pci_bdf": normalize_bdf(bus_id) or bus_id,
             "host_to_device_bytes_per_second": COPY_BYTES * COPIES / elapsed,
         }
 

@@ -19,7 +19,6 @@ labels; else a plain line. Runbooks: the rule's ``runbook_url``, else the policy
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import time
 from collections.abc import Iterable
@@ -28,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Query
+
+from fleetsight.promql import any_of, quote
 
 from .policy import PolicyError, parse_duration
 
@@ -94,16 +95,6 @@ class Fault:
 
 def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def quote(value: str) -> str:
-    """A PromQL string literal (Go escapes, as JSON writes them)."""
-    return json.dumps(value)
-
-
-def any_of(values: Iterable[str]) -> str:
-    """A PromQL regex matching exactly these values."""
-    return quote("|".join(re.escape(v) for v in sorted(values)))
 
 
 class Prometheus:

@@ -60,6 +60,10 @@ class Policy:
     dcgm_fields_interval_s: float = 60.0
     # Events drive the state; the sweep re-reads every source to repair what an event missed.
     reconcile_interval_s: float = 300.0
+    # A firing alert (Prometheus's ALERTS) that no answering Alertmanager knows, for longer than this, is
+    # an event lost with the Alertmanager (a restart forgets; Prometheus re-sends every minute): the
+    # sweep takes it from Prometheus. Longer than the re-send plus an evaluation, so the normal path wins.
+    unknown_alert_grace_s: float = 120.0
     batch_s: float = 0.2  # events arriving this close together are decided (and written) as one batch
     scheduler_interval_s: float = 30.0  # the scheduler's view between sweeps (every tick while draining)
 
@@ -152,6 +156,9 @@ def from_dict(raw: dict[str, Any]) -> Policy:
         events_kept=int(refresh.get("events_kept", 10000)),
         dcgm_fields_interval_s=parse_duration(refresh.get("dcgm_fields", "1m"), "refresh.dcgm_fields"),
         reconcile_interval_s=parse_duration(refresh.get("reconcile", "5m"), "refresh.reconcile"),
+        unknown_alert_grace_s=parse_duration(
+            refresh.get("unknown_alert_grace", "2m"), "refresh.unknown_alert_grace"
+        ),
         batch_s=parse_duration(refresh.get("batch", "0.2s"), "refresh.batch"),
         scheduler_interval_s=parse_duration(refresh.get("scheduler", "30s"), "refresh.scheduler"),
     )

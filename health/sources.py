@@ -196,15 +196,16 @@ class Sources:
 
     # ------------------------------------------------------------------------------ Alertmanager
     def _active_alerts(self) -> tuple[list[dict[str, Any]], list[str]]:
-        """Active alerts of every Alertmanager of the pair, once each (by fingerprint), and which
-        Alertmanagers did not answer; raises only when none did."""
+        """Every alert of every Alertmanager of the pair (silenced and inhibited ones too: their
+        ``status.state`` says so), once each (by fingerprint), and which Alertmanagers did not answer;
+        raises only when none did."""
         alerts: dict[str, dict[str, Any]] = {}
         failures: list[str] = []
         for url in self.alertmanager_urls:
             try:
                 response = self.client.get(
                     f"{url}/api/v2/alerts",
-                    params={"active": "true", "silenced": "false", "inhibited": "false"},
+                    params={"active": "true", "silenced": "true", "inhibited": "true", "unprocessed": "true"},
                 )
                 response.raise_for_status()
                 answered = response.json()
@@ -223,13 +224,49 @@ class Sources:
         if failures:
             log.warning("event=alertmanager_peer_failed errors=%s", "; ".join(failures))
         signals = []
+        known: set[tuple[str, str]] = set()
         for alert in active:
+            labels = alert.get("labels", {})
+            known.add((labels.get("alertname", ""), node_of(labels) or ""))
             if alert.get("status", {}).get("state", "active") != "active":
-                continue
+                continue  # silenced, inhibited, or not yet processed
             signal = self.alert_signal(alert, now)
             if signal is not None:
                 signals.append(signal)
+        if self.prometheus_url:
+            signals += self._alerts_alertmanager_lost(known, now)
         return SourceResult("alertmanager", True, signals=signals, error="; ".join(failures))
+
+    def _alerts_alertmanager_lost(self, known: set[tuple[str, str]], now: float) -> list[Signal]:
+        """Alerts firing in Prometheus for longer than the grace that no answering Alertmanager knows
+        in any state: events the Alertmanager lost (it keeps alerts in memory only, and a restarted
+        one knows nothing until Prometheus re-sends). Signals of this source, so that the next sweep
+        drops them once the Alertmanager knows the alert again (and decides about silences)."""
+        grace = round(self.policy.unknown_alert_grace_s)
+        firing = 'ALERTS{alertstate="firing"}'
+        try:
+            series = self.query(f"{firing} and {firing} offset {grace}s")
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            log.warning("event=unknown_alerts_unread error=%s", exc)
+            return []
+        signals = []
+        for item in series:
+            labels = {k: v for k, v in item["metric"].items() if k not in ("__name__", "alertstate")}
+            node, name = node_of(labels), labels.get("alertname", "unnamed")
+            if node is None or (name, node) in known:
+                continue
+            log.warning("event=alert_unknown_to_alertmanager alertname=%s node=%s", name, node)
+            signals.append(
+                self._signal(
+                    node,
+                    name,
+                    "alertmanager",
+                    self._since(f"{node}:{name}:{sorted(labels.items())}", now, "alertmanager"),
+                    severity=labels.get("severity"),
+                    evidence={"labels": labels, "from": "Prometheus ALERTS: unknown to Alertmanager"},
+                )
+            )
+        return signals
 
     def alert_signal(self, alert: dict[str, Any], now: float) -> Signal | None:
         """The signal of one alert as Alertmanager gives it (API v2 or a webhook notification: the same

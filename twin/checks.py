@@ -4,14 +4,17 @@ testing/python3/dcgm_diag_schema.json), `ib_write_bw --report_gbits` (perftest's
 GPU probe lines (checks/parsers.py). The checks runner takes the command from its tools file, so on a
 real host it runs the real tools and on the twin these:
 
-    python -m twin.checks --faults FAULTS --node n0003 dcgmi diag -r 3 -j
+    python -m twin.checks --faults FAULTS --node n0003 dcgmi diag -r 4 -j
     python -m twin.checks --faults FAULTS --node n0003 gpu-probe gemm
     python -m twin.checks --faults FAULTS --node n0004 ib_write_bw -d mlx5_2 ... -p 18517        (server)
     python -m twin.checks --faults FAULTS --node n0003 ib_write_bw -d mlx5_2 ... -p 18517 n0004  (client)
 
 FAULTS is the twin's ground-truth file (``*.truth.jsonl``: faults active now count) or a YAML mapping
-``node: [{kind, gpu?, port?}]``. Which level finds what follows IBM's Vela report (seed 000): HBM
-corruption only at level 3 (DCGM 4 runs its memtest at level 4 by default; the twin follows the report).
+``node: [{kind, gpu?, port?}]``. Which level runs which test is DCGM 4's own suite (NVIDIA/DCGM
+``nvvs/src/NvidiaValidationSuite.cpp`` ``FillTestVectors``, v4.2.3 to v4.6.0; tests/fixtures/dcgmi/
+PROVENANCE.md): memtest runs only at level 4 (``-r 4``), so silent HBM corruption is found there and
+passes levels 1-3. IBM's Vela report calls that level "3": it ran an older DCGM's levels; the levels here
+are DCGM 4's.
 """
 
 from __future__ import annotations
@@ -27,17 +30,25 @@ import yaml
 
 GPUS = 8
 COMPUTE_PORTS = 8
-# (level from which the test runs, category, test name): DCGM 4's plugin names
+# (level from which the test runs, category, test name): DCGM 4's suites and plugin names (NVIDIA/DCGM
+# v4.2.3 nvvs/src/NvidiaValidationSuite.cpp FillTestVectors; categories nvvs/include/PluginStrings.h
+# *_PLUGIN_CATEGORY). Each level holds every test of the levels below it. Left out: eud and cpu_eud
+# (level 3, only as root with NVIDIA's separate EUD package), nccl_tests (level 3 from 4.5.0) and rist
+# (4.6.0, where its binary is configured).
 TESTS = (
     (1, "Deployment", "software"),
-    (2, "Integration", "pcie"),
     (2, "Hardware", "memory"),
-    (2, "Stress", "diagnostic"),
+    (2, "Integration", "pcie"),
+    (3, "Hardware", "diagnostic"),
+    (3, "Hardware", "nvbandwidth"),
+    (3, "Stress", "memory_bandwidth"),
     (3, "Stress", "targeted_stress"),
     (3, "Stress", "targeted_power"),
-    (3, "Stress", "memory_bandwidth"),
-    (3, "Hardware", "memtest"),
+    (4, "Stress", "memtest"),
+    (4, "Hardware", "pulse_test"),
 )
+# `dcgmi diag -r`: a level or its name (dcgmi's aliases: quick/short, medium, long, xlong)
+SUITES = {"1": 1, "quick": 1, "short": 1, "2": 2, "medium": 2, "3": 3, "long": 3, "4": 4, "xlong": 4}
 # fault kind -> (test it fails, DCGM error id, error category, severity, message)
 DIAG_FAILS = {
     "hbm_row_remap": (
@@ -49,8 +60,11 @@ DIAG_FAILS = {
     "psu_failure": (
         "targeted_power", 63, 14, 4, "Max power of 150.0 did not reach the minimum 560.0 for GPU {gpu}"
     ),
+    # DCGM_FR_MEMORY_MISMATCH (58), DCGM_FR_EC_HARDWARE_MEMORY (10), DCGM_ERROR_ISOLATE (2) and its
+    # message, dcgmlib/dcgm_errors.h and src/dcgm_errors.c at v4.2.3
     "hbm_silent_corruption": (
-        "memtest", 58, 10, 2, "Memory error detected on GPU {gpu}: 12 mismatches in test 10"
+        "memtest", 58, 10, 2, "A memory mismatch was detected on GPU {gpu}, but no error was reported by "
+        "CUDA or NVML."
     ),
 }  # fmt: skip
 GEMM_TFLOPS, HBM_BYTES_PER_S, PORT_GBITS = 720.0, 2.95e12, 392.0
@@ -197,11 +211,25 @@ def _connect(path: Path, mine: bytes) -> bytes:
         return client.recv(16)
 
 
+def resolve(folder: Path, host: str) -> str:
+    """The node a perftest client's address names. The twin's nodes share this host, so where the client
+    is given an address (a Kubernetes node's InternalIP, not its name), ``twin-ib/hosts`` beside the
+    faults file says whose it is, in /etc/hosts's format (``address name...``); a name stands for
+    itself."""
+    hosts = folder / "hosts"
+    if hosts.exists():
+        for line in hosts.read_text().splitlines():
+            fields = line.split("#", 1)[0].split()
+            if len(fields) >= 2 and host in fields:
+                return fields[1]
+    return host
+
+
 def ib_pair(faults_file: Path, node: str, args: list[str], wait_s: float = 300.0) -> tuple[str, int]:
     """Both ends of ib_write_bw, as perftest runs them: the server (no address) waits for one client on
     its TCP port; the client connects to the partner's server, they trade their ports' state, and each
     prints what it measured. The twin's nodes share this host, so a node's TCP port is a Unix socket
-    named after the node, in a folder beside the faults file."""
+    named after the node, in a folder beside the faults file (an address is resolved: :func:`resolve`)."""
     device, tcp_port, host = _perftest_args(args)
     faults = active_faults(faults_file, node)
     folder = faults_file.parent / "twin-ib"
@@ -211,7 +239,7 @@ def ib_pair(faults_file: Path, node: str, args: list[str], wait_s: float = 300.0
         theirs = _serve(folder / f"{node}-{tcp_port}.sock", mine, wait_s)
     else:
         try:
-            theirs = _connect(folder / f"{host}-{tcp_port}.sock", mine)
+            theirs = _connect(folder / f"{resolve(folder, host)}-{tcp_port}.sock", mine)
         except OSError:
             return f"Couldn't connect to {host}:{tcp_port}\n Unable to open file descriptor for socket\n", 1
     text = ib_write_bw(device, faults, partner_down=theirs != b"up")
@@ -227,7 +255,12 @@ def main(argv: list[str]) -> int:
         return 2
     faults, tool, args = active_faults(Path(argv[1]), argv[3]), argv[4], argv[5:]
     if tool == "dcgmi" and "-r" in args:
-        document = dcgmi_diag(int(args[args.index("-r") + 1]), faults)
+        run = args[args.index("-r") + 1] if args.index("-r") + 1 < len(args) else ""
+        level = SUITES.get(run.lower(), 0)
+        if not level:
+            print(f"twin.checks: dcgmi diag -r {run!r}: the stand-in runs suites 1-4 only", file=sys.stderr)
+            return 2
+        document = dcgmi_diag(level, faults)
         print(json.dumps(document, indent=4))
         return 226 if "Fail" in json.dumps(document) else 0  # dcgmi exits non-zero when a test fails
     if tool == "gpu-probe":

@@ -611,7 +611,7 @@ class FaultMixin:
         )
 
     def _start_hbm_silent_corruption(self, fault: ActiveFault, spec: FaultSpec, node: int) -> None:
-        # No counter moves: only a memory test under load finds it (twin/checks.py, DCGM level 3).
+        # No counter moves: only a memory test under load finds it (twin/checks.py, DCGM level 4 memtest).
         fault.state.update(gpu=self._gpu_target(spec))
         gpu = fault.state["gpu"]
         self._effect(fault, "checks", f"gpu {gpu}: fails DCGM level 3 memtest, nothing passive")

@@ -56,7 +56,7 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "lustre_ost_slow": 20.0,  # latency multiplier of the OST
     "gray_slow_node": 1.3,  # compute-time multiplier of the node
     "loss_spike": 4.0,  # loss multiplier
-    "hbm_silent_corruption": 1.0,  # HBM cells that flip under a memory test (DCGM level 3 memtest)
+    "hbm_silent_corruption": 1.0,  # HBM cells that flip under a memory test (DCGM level 4 memtest)
     "leaf_flap": 4.0,  # times every port of the leaf goes down and up during the fault
     "dataloader_hiccup": 10.0,  # seconds the node's data loader stalls
     "os_jitter": 1.04,  # compute-time multiplier of the node

@@ -8,9 +8,11 @@ steps), so both modes are read at a rule evaluation's own timestamp over data th
 
 from __future__ import annotations
 
+import http.server
 import logging
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -19,8 +21,10 @@ import pytest
 import yaml
 from anomaly_helpers import stop
 
+from anomaly.cause import cause_of
 from anomaly.source import PrometheusSource, Queries, SourceError
-from anomaly.window import Window
+from anomaly.state import DetectorConfig
+from anomaly.window import EVIDENCE_FIELDS, Window
 from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,11 +45,12 @@ def test_the_rule_file_is_the_services_reductions() -> None:
     assert recorded == queries.recording_rules()
     assert set(queries.record_names().values()) == set(recorded)
     names, raw = queries.record_names(), queries.gpu_fields()
-    for key in ("tensor", "power", "sm_clock", "util"):  # each record wraps the service's raw query
+    for key in ("tensor", "power", "sm_clock"):  # each record wraps the service's raw query
         assert recorded[names[key]] == f"max by (cluster, node, gpu) ({raw[key]})", key
     for key in ("brake", "thermal"):  # the same bits, of one series per GPU kept by (cluster, node, gpu)
-        per_gpu = raw[key].replace("max without (__name__)", "max by (cluster, node, gpu)")
-        assert recorded[names[key]] == per_gpu, key
+        per_gpu = raw[key].replace("max without ()", "max by (cluster, node, gpu)")
+        assert recorded[names[key]] == f"{per_gpu} > 0", key
+    assert not set(EVIDENCE_FIELDS) & set(names)  # read raw, for a flag's nodes only
     assert not Queries(window="60s").recordable and Queries().recordable
 
 
@@ -207,7 +212,101 @@ def test_both_modes_read_the_same_window_and_say_which(
         ):
             recorded = auto.read(t)
             assert auto.mode_now == "recorded"
-            assert_same_window(PrometheusSource(url, mode="raw").read(t), recorded)
+            # Evidence-only fields are not read with the window, but on demand for a flag's nodes.
+            assert all(np.isnan(getattr(recorded, key)).all() for key in EVIDENCE_FIELDS)
+            recorded.load_evidence([0, 2])
+            assert np.isfinite(recorded.util[[0, 2]]).all() and np.isnan(recorded.util[1]).all()
+            raw = PrometheusSource(url, mode="raw").read(t)
+            # A flag's explanation loads what it quotes: the same evidence as from the raw window.
+            cfg = DetectorConfig()
+            assert cause_of(cfg, recorded, [0, 1], 1, 0, 5.0) == cause_of(cfg, raw, [0, 1], 1, 0, 5.0)
+            recorded.load_evidence([0, 1, 2])
+            assert_same_window(raw, recorded)
         assert '"mode": "recorded"' in caplog.text
     finally:
         stop(prometheus)
+
+
+class BrakeExporter:
+    """One node's two GPUs as dcgm-exporter publishes them, GPU 0's power-brake bit switchable."""
+
+    def __init__(self) -> None:
+        self.brake = True
+        handler = self._handler()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def page(self) -> bytes:
+        lines = []
+        for gpu in (0, 1):
+            labels = f'gpu="{gpu}",node="n01",cluster="c1",hpc_job="42",modelName="NVIDIA H100 80GB HBM3"'
+            reasons = 0x84 if self.brake and gpu == 0 else 0x4
+            lines += [f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{labels}}} 0.45",
+                      f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} 600",
+                      f"{CURRENT}{{{labels}}} {reasons}"]  # fmt: skip
+        return ("\n".join(lines) + "\n").encode()
+
+    def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        exporter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exporter.page()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
+
+
+def test_a_share_back_at_zero_reads_as_zero_at_once_though_it_is_no_longer_recorded(tmp_path: Path) -> None:
+    """Live: throttle shares are recorded only where above 0, so a brake that ends stops being written;
+    the recorded read sees it gone with the rule's staleness marker, not a minute later (the dense
+    fields' last_over_time would). The group runs every 2 s here instead of 30 s; the window is 30 s."""
+    exporter = BrakeExporter()
+    group = yaml.safe_load(RULES.read_text())
+    group["groups"][0]["interval"] = "2s"
+    (tmp_path / "anomaly.yml").write_text(yaml.safe_dump(group))
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "2s"},
+        "rule_files": [str(tmp_path / "anomaly.yml")],
+        "scrape_configs": [{"job_name": "dcgm", "honor_labels": True,
+                            "static_configs": [{"targets": [exporter.address]}]}],
+    }  # fmt: skip
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    prometheus = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    source = PrometheusSource(url, mode="recorded")
+    try:
+        wait_until(lambda: ready(url), timeout=60, what="Prometheus")
+
+        def brake_share() -> float | None:
+            try:
+                window = source.read()
+            except SourceError:
+                return None  # nothing recorded yet
+            return float(window.brake[0, 0]) if window.nodes == ["n01"] else None
+
+        wait_until(lambda: (brake_share() or 0) > 0.5, timeout=60, what="the brake's share recorded")
+        assert source.read().brake[0, 1] == 0  # GPU 1 never braked: not recorded, read as 0
+        exporter.brake = False
+        wait_until(lambda: brake_share() == 0.0, timeout=60, what="the ended brake read as 0")
+        lingering = source.query("last_over_time(gpu:dcgm_power_brake:share30s[1m])")
+        assert lingering, "the last recorded share is still within a minute: only staleness ended it"
+    finally:
+        source.close()
+        stop(prometheus)
+        exporter.server.shutdown()

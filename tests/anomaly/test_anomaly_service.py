@@ -132,6 +132,8 @@ def test_power_brake_flagged_live_and_in_prometheus(tmp_path: Path, processes: l
     assert evidence["power_brake_share"] >= 0.5
     assert evidence["tensor_active"] > evidence["tensor_active_peers_median"]
     assert evidence["power_w"] < evidence["power_w_peers_median"]
+    # Quoted, never scored: read for the flag's nodes when the window was the recorded one.
+    assert evidence["gpu_util_pct"] is not None and evidence["gpu_util_pct_peers_median"] is not None
     job = get_json(f"{api}/v1/jobs/2001/stragglers")
     assert [s["node"] for s in job["stragglers"]] == ["n0002"]
     assert httpx.get(f"{api}/v1/jobs/999999/stragglers", timeout=5).status_code == 404

@@ -5,6 +5,7 @@ ib_write_bw stand-ins, post one result per node with the result per port."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import httpx
 import yaml
 
+from checks.catalog import load_catalog
+from checks.kube import KubeChecks, job_name, started_at
 from checks.plan import Unit, plan, with_partners
 from support import Process, free_port, stopping
 
@@ -76,3 +79,34 @@ def test_the_two_sides_of_a_pair_post_a_result_per_node_and_port(tmp_path: Path)
         ports = result["evidence"]["ports"]
         assert sorted(ports) == [f"mlx5_{i}" for i in range(8)]
         assert [d for d, p in ports.items() if not p["passed"]] == ["mlx5_6"]
+
+
+# A Job's name: a DNS-1123 subdomain that is also its pods' job-name label value (so 63 characters at most)
+JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def test_kubernetes_job_names_keep_the_start_time_and_tell_long_node_names_apart() -> None:
+    """A pair's two Jobs start together on two nodes whose names may share a long prefix, and the same node
+    may run the check again within the second (a tool that fails at once): every name must differ and
+    stay a valid 63-character label (cutting the time off, as a plain [:63] did for long node names,
+    reused the name: 409 Conflict)."""
+    nodes = ["kc1", "dgx-h100-rack01-node01", "dgx-h100-rack01-node02", "gpu-node-a01.cluster.example.com"]
+    times = (1763000000.25, 1763000000.75, 1763000001.0)
+    names = {(n, t): job_name("ib_pair_bandwidth", n, t) for n in nodes for t in times}
+    assert len(set(names.values())) == len(names)
+    for (_, started), name in names.items():
+        assert len(name) <= 63 and JOB_NAME.fullmatch(name), name
+        assert name.endswith(f"-{round(started * 1000)}"), name
+    assert names[("kc1", times[0])] == "fleetsight-check-ib-pair-bandwidth-kc1-1763000000250"
+    runner = KubeChecks(None, load_catalog(), "http://checks:9443", ["fleetsight"])  # type: ignore[arg-type]
+    job = runner.job(Unit("ib_pair_bandwidth", ("dgx-h100-rack01-node02",)), ["checks", "pair"])
+    assert job["metadata"]["name"].startswith("fleetsight-check-ib-pair-bandwidth-dgx-h10-")
+    assert job["spec"]["template"]["spec"]["nodeName"] == "dgx-h100-rack01-node02"
+    # when the Job started, to the millisecond: a result of the run before, finished earlier in the same
+    # second, is not this Job's (creationTimestamp, whole seconds, is only the fallback)
+    started = started_at(job)
+    assert job["metadata"]["name"].endswith(f"-{round(started * 1000)}")
+    job["metadata"]["creationTimestamp"] = "2025-11-13T02:13:20Z"
+    assert started_at(job) == started  # the annotation wins
+    del job["metadata"]["annotations"]
+    assert started_at(job) == 1763000000.0

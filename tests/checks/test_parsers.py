@@ -12,6 +12,8 @@ import pytest
 from checks import parsers
 from checks.catalog import CatalogError, load_catalog
 from checks.plan import port_verdicts, round_robin
+from checks.service import load_policy
+from twin import checks as twin_checks
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgmi"
 GB10 = (FIXTURES / "dgx-spark-gb10-r1.json").read_text()
@@ -29,10 +31,99 @@ def test_real_gb10_level1_document_fails_with_dcgms_own_reason() -> None:
 
 def test_real_level3_test_object_passes_inside_a_document_and_fails_alone() -> None:
     test = json.loads(EXCERPT.strip().rstrip(","))
-    document = {"DCGM Diagnostic": {"test_categories": [{"category": "Stress", "tests": [test]}]}}
+    document = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [test]}]}}
     assert parsers.dcgm_diag(json.dumps(document), {}).passed
     alone = parsers.dcgm_diag(EXCERPT, {})  # as pasted in the issue: no document around it
     assert not alone.passed and "no 'DCGM Diagnostic' object" in alone.summary
+
+
+# The required keys of NVIDIA/DCGM testing/python3/dcgm_diag_schema.json (the document `dcgmi diag -j`
+# prints at every level; tests/fixtures/dcgmi/PROVENANCE.md), transcribed: key -> what it must hold.
+DIAG_REQUIRED = {
+    "test": ("name", "results", "test_summary"),
+    "result": ("entity_group", "entity_group_id", "entity_id", "status"),
+    "warning": ("error_category", "error_id", "error_severity", "warning"),
+    "entity_group": ("entities", "entity_group", "entity_group_id"),
+    "entity": ("device_id", "entity_id"),
+}
+
+
+def schema_problems(document: dict) -> list[str]:  # type: ignore[type-arg]
+    """What a diag document lacks of the schema's required keys (empty: it has them all)."""
+    problems = [] if isinstance(document.get("DCGM Diagnostic"), dict) else ["no 'DCGM Diagnostic'"]
+    for category in document.get("DCGM Diagnostic", {}).get("test_categories", []):
+        problems += [f"category lacks {k}" for k in ("category", "tests") if k not in category]
+        for test in category.get("tests", []):
+            problems += [f"test lacks {k}" for k in DIAG_REQUIRED["test"] if k not in test]
+            problems += [] if "status" in test.get("test_summary", {}) else ["test_summary lacks status"]
+            for result in test.get("results", []):
+                problems += [f"result lacks {k}" for k in DIAG_REQUIRED["result"] if k not in result]
+                for warning in result.get("warnings", []):
+                    problems += [f"warning lacks {k}" for k in DIAG_REQUIRED["warning"] if k not in warning]
+    for group in document.get("entity_groups", []):
+        problems += [f"entity group lacks {k}" for k in DIAG_REQUIRED["entity_group"] if k not in group]
+        for entity in group.get("entities", []):
+            problems += [f"entity lacks {k}" for k in DIAG_REQUIRED["entity"] if k not in entity]
+    problems += [] if "version" in document.get("metadata", {}) else ["metadata lacks version"]
+    return problems
+
+
+def diag_tests(document: dict) -> set[str]:  # type: ignore[type-arg]
+    return {t["name"] for c in document["DCGM Diagnostic"]["test_categories"] for t in c["tests"]}
+
+
+def test_dcgm4_levels_memtest_only_at_level_4_and_the_level_4_document_reads_the_same() -> None:
+    """DCGM 4's suites (NVIDIA/DCGM nvvs/src/NvidiaValidationSuite.cpp FillTestVectors, v4.2.3): each
+    level holds the one below; memtest and the pulse test run at level 4 only. The twin answers so, a
+    level-4 document has the schema's shape (the real GB10 capture passes the same check), and silent HBM
+    corruption fails level 4's memtest with DCGM's own error (DCGM_FR_MEMORY_MISMATCH, 58) and passes
+    levels 1-3, as on a real node."""
+    assert schema_problems(json.loads(GB10)) == []
+    levels = {level: twin_checks.dcgmi_diag(level, []) for level in (1, 2, 3, 4)}
+    assert diag_tests(levels[1]) == {"software"}
+    assert diag_tests(levels[2]) == {"software", "memory", "pcie"}
+    assert diag_tests(levels[3]) - diag_tests(levels[2]) == {
+        "diagnostic", "nvbandwidth", "memory_bandwidth", "targeted_stress", "targeted_power",
+    }  # fmt: skip
+    assert diag_tests(levels[4]) - diag_tests(levels[3]) == {"memtest", "pulse_test"}
+    for level, document in levels.items():
+        assert schema_problems(document) == [], level
+        assert parsers.dcgm_diag(json.dumps(document), {}).passed, level
+    fault = [{"kind": "hbm_silent_corruption", "gpu": 2}]
+    for level in (1, 2, 3):
+        assert parsers.dcgm_diag(json.dumps(twin_checks.dcgmi_diag(level, fault)), {}).passed, level
+    document = twin_checks.dcgmi_diag(4, fault)
+    assert schema_problems(document) == []
+    verdict = parsers.dcgm_diag("Successfully ran diagnostic for group.\n" + json.dumps(document), {})
+    assert not verdict.passed and verdict.summary == "dcgmi diag failed: memtest (GPU 2)"
+    (failure,) = verdict.evidence["failures"]
+    assert failure["category"] == "Stress" and failure["error_ids"] == [58]
+    assert failure["warnings"] == [
+        "A memory mismatch was detected on GPU 2, but no error was reported by CUDA or NVML."
+    ]
+
+
+def test_the_checks_after_hbm_faults_run_dcgms_memtest() -> None:
+    """checks/policy.yml: after an HBM fault the node must pass a DCGM level that runs memtest (4 in DCGM
+    4), not level 3, which never runs it; the catalogue's dcgm_diag_rN runs `dcgmi diag -r N`."""
+    catalog, policy = load_catalog(), load_policy()
+    levels = {
+        name: int(check.args[check.args.index("-r") + 1])
+        for name, check in catalog.items()
+        if check.parser == "dcgm_diag"
+    }
+    assert levels == {"dcgm_diag_r1": 1, "dcgm_diag_r2": 2, "dcgm_diag_r3": 3, "dcgm_diag_r4": 4}
+    assert (
+        catalog["dcgm_diag_r4"].intrusive
+        and catalog["dcgm_diag_r4"].seconds > catalog["dcgm_diag_r3"].seconds
+    )
+    with_memtest = {
+        n for n, level in levels.items() if "memtest" in diag_tests(twin_checks.dcgmi_diag(level, []))
+    }
+    assert with_memtest == {"dcgm_diag_r4"}
+    for signal in ("GPURowRemapPending", "GPURowRemapFailed", "GPUXidUncorrectable"):
+        assert with_memtest & set(policy["after"][signal]), signal
+    assert "dcgm_diag_r3" in policy["after"]["NVSwitchFatal"]  # level 3 where no memory fault is in play
 
 
 @pytest.mark.parametrize(

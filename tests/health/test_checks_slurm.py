@@ -45,7 +45,7 @@ def slurm() -> Iterator[LocalSlurm]:
 
 @pytest.fixture(scope="module")
 def world(slurm: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The checks service (a test policy: GPUXidUncorrectable needs dcgm_diag_r3), a tools file that
+    """The checks service (a test policy: GPUXidUncorrectable needs dcgm_diag_r4), a tools file that
     points dcgmi at the twin's stand-in, and its faults file."""
     folder = slurm.folder / "checks"  # the batch jobs (as root, any directory) write their output here
     folder.mkdir()
@@ -56,7 +56,7 @@ def world(slurm: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     stand_ins = {"dcgmi": [*stand_in, "dcgmi"], "ib_write_bw": [*stand_in, "ib_write_bw"]}
     tools.write_text(yaml.safe_dump({"tools": stand_ins}))
     policy = folder / "policy.yml"
-    policy.write_text(yaml.safe_dump({"after": {"GPUXidUncorrectable": ["dcgm_diag_r3"]}, "default": []}))
+    policy.write_text(yaml.safe_dump({"after": {"GPUXidUncorrectable": ["dcgm_diag_r4"]}, "default": []}))
     port = free_port()
     command = [*FLEETSIGHT, "checks", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir", str(folder)]
     process = Process(
@@ -138,7 +138,7 @@ def test_budget_holds_across_passes(slurm: LocalSlurm, world: dict[str, Any]) ->
     wait_until(lambda: no_check_jobs(slurm), timeout=30, what="an empty queue")
     tight = SlurmChecks(runner.catalog, runner.checks_url, FLEETSIGHT, runner.tools_file, runner.output_dir,
                         env=runner.env, leaf_map={}, budget=1)  # fmt: skip
-    wanted = [Unit("dcgm_diag_r3", (n,)) for n in NODES]
+    wanted = [Unit("dcgm_diag_r4", (n,)) for n in NODES]
     decision = tight.cycle(wanted)
     assert len(decision.start) == 1
     assert all(why.startswith("budget: 1 of 1") for why in decision.waiting.values())
@@ -229,18 +229,18 @@ def test_drained_node_stays_out_on_failing_diagnostic_and_resumes_after_a_pass(
         trace(url, slurm, node, "alert fired, slurm-sync drained")
         post_alert(alertmanager, "GPUXidUncorrectable", node, ends_in=0, xid="48")  # repaired
         wait_until(lambda: phase(url, node)["phase"] == "validating", timeout=30, what="validation to start")
-        assert phase(url, node)["missing"] == ["dcgm_diag_r3"]
+        assert phase(url, node)["missing"] == ["dcgm_diag_r4"]
         trace(url, slurm, node, "alert resolved: validating")
         started = runner.cycle(validation_requests(url, catalog)).start
-        assert started == [Unit("dcgm_diag_r3", (node,), validation=True)]
+        assert started == [Unit("dcgm_diag_r4", (node,), validation=True)]
         trace(url, slurm, node, "check job queued in its reservation")
         assert sinfo(slurm)[node][1] == "fleetsight: GPUXidUncorrectable (alertmanager)"  # drained again
         wait_until(lambda: phase(url, node)["phase"] == "failed", timeout=60, what="the failing diagnostic")
         failed = phase(url, node)["failed"][0]
-        assert failed["check"] == "dcgm_diag_r3" and "memtest (GPU 2)" in failed["summary"]
+        assert failed["check"] == "dcgm_diag_r4" and "memtest (GPU 2)" in failed["summary"]
         wait_until(lambda: no_check_jobs(slurm), timeout=30, what="the check job to end")
         sync(slurm, url, ledger)
-        trace(url, slurm, node, "dcgm_diag_r3 ERR: stays out")
+        trace(url, slurm, node, "dcgm_diag_r4 ERR: stays out")
         assert node in [d["node"] for d in httpx.get(f"{url}/v1/drain-list").json()["nodes"]]
         # Still drained: "$" while its maintenance reservation lasts, which may end first on a slow machine.
         assert sinfo(slurm)[node][0] in ("drained", "drained$")
@@ -248,7 +248,7 @@ def test_drained_node_stays_out_on_failing_diagnostic_and_resumes_after_a_pass(
         world["faults"].write_text("{}\n")  # the GPU is replaced
         assert runner.cycle(validation_requests(url, catalog, retry_after=3600)).start == []  # not yet
         rerun = runner.cycle(validation_requests(url, catalog, retry_after=0)).start
-        assert rerun == [Unit("dcgm_diag_r3", (node,), validation=True)]
+        assert rerun == [Unit("dcgm_diag_r4", (node,), validation=True)]
         trace(url, slurm, node, "after repair: check job rerun")
         wait_until(lambda: phase(url, node)["phase"] == "resumed", timeout=60, what="the passing diagnostic")
         wait_until(lambda: no_check_jobs(slurm), timeout=30, what="the check job to end")
@@ -257,7 +257,7 @@ def test_drained_node_stays_out_on_failing_diagnostic_and_resumes_after_a_pass(
                    timeout=30, what="the drain to be released")  # fmt: skip
         sync(slurm, url, ledger)
         wait_until(lambda: sinfo(slurm)[node][0] == "idle", timeout=30, what="the node back in service")
-        trace(url, slurm, node, "dcgm_diag_r3 PASS: resumed")
+        trace(url, slurm, node, "dcgm_diag_r4 PASS: resumed")
         assert (
             "fleetsight-validate-"
             not in subprocess.run(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from health_helpers import DRAIN_TOKEN, REPO, fast_policy, node_state, post_alert, start_health, wait_state
 
-from support import alertmanager_server, free_port, stopping, wait_until
+from support import alertmanager_server, free_port, prometheus_server, stopping, wait_until
 
 NODES = [f"ev{i:02d}" for i in range(1, 9)]
 EVENTS_TOKEN = "test-events-token-77b1"
@@ -154,3 +154,48 @@ def test_the_anomaly_services_notifier_flags_and_clears(stack: tuple[str, str], 
         assert notifier.sent == 2 and notifier.failed == 0
     finally:
         notifier.close()
+
+
+def test_the_sweep_takes_from_prometheus_an_alert_the_alertmanager_lost(
+    alertmanager: str, tmp_path: Path
+) -> None:
+    """A real Prometheus fires GPUXidUncorrectable for ls01 and ls02 but sends no alert anywhere (an
+    Alertmanager that restarted and forgot them): ls01's is unknown to the Alertmanager, so after the
+    grace (1 s here, 2 min shipped) the sweep takes it from Prometheus's ALERTS, drains the node and
+    counts a repair; ls02's the Alertmanager knows, silenced: it stays silenced."""
+    # Firing from a few seconds on: after the service's first sweep, which counts nothing (the start).
+    firing = " or ".join(f'label_replace(vector(1), "node", "{n}", "", "")' for n in ("ls01", "ls02"))
+    firing = f"({firing}) and on () (vector(time()) > {time.time() + 8:.0f})"
+    rules = {"groups": [{"name": "lost", "interval": "1s", "rules": [
+        {"alert": "GPUXidUncorrectable", "labels": {"severity": "critical", "gpu": "0"}, "expr": firing},
+    ]}]}  # fmt: skip
+    (tmp_path / "lost.yml").write_text(yaml.safe_dump(rules))
+    config = {"global": {"evaluation_interval": "1s"}, "rule_files": [str(tmp_path / "lost.yml")]}
+    post_alert(alertmanager, "GPUXidUncorrectable", "ls02", gpu="0")
+    silence = {
+        "matchers": [{"name": "node", "value": "ls02", "isRegex": False, "isEqual": True}],
+        "startsAt": "2020-01-01T00:00:00Z", "endsAt": "2099-01-01T00:00:00Z",
+        "createdBy": "test", "comment": "in repair",
+    }  # fmt: skip
+    httpx.post(f"{alertmanager}/api/v2/silences", json=silence, timeout=5).raise_for_status()
+    (tmp_path / "nodes.txt").write_text("ls01\nls02\n")
+    policy = fast_policy()
+    policy["refresh"]["unknown_alert_grace"] = "1s"
+    (tmp_path / "prom").mkdir()
+    with prometheus_server(tmp_path / "prom", config) as prometheus:
+        args = ["--alertmanager-url", alertmanager, "--prometheus-url", prometheus]
+        args += ["--nodes-file", str(tmp_path / "nodes.txt")]
+        process, health = start_health(tmp_path / "health", policy, args)
+        with stopping(process):
+            assert node_state(health, "ls01")["state"] == "healthy"  # not firing yet
+            query = f"{prometheus}/api/v1/query"
+            wait_until(
+                lambda: len(httpx.get(query, params={"query": "ALERTS"}).json()["data"]["result"]) == 2,
+                timeout=30,
+                what="both alerts firing in Prometheus",
+            )
+            wait_state(health, "ls01", "draining", timeout=30)
+            reasons = node_state(health, "ls01")["reasons"]
+            assert any("unknown to Alertmanager" in str(r) for r in reasons), reasons
+            assert metric(health, "fleetsight_health_reconcile_repairs_total", '{kind="added"}') >= 1
+            assert node_state(health, "ls02")["state"] == "healthy"  # silenced in the Alertmanager

@@ -92,6 +92,67 @@ def test_production_scrape_intervals() -> None:
     assert "http_sd_configs" in PRODUCTION_JOBS["dcgm"], "the twin's http_sd (compose --profile twin)"
 
 
+def test_production_scrapes_every_job_the_local_stack_declares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `fleetsight up` scrapes, production scrapes too: every job a component declares (the
+    services' own /metrics among them, e.g. the checks service's fleetsight_check_passed) is a job of
+    metrics/prometheus.yml, so the local config takes production's settings for it; and each service
+    job's file_sd folder has its example list (metrics/targets/<job>/)."""
+    settings = settings_for(tmp_path, monkeypatch)
+    declared = local.declared_jobs(settings)
+    assert "fleetsight-checks" in declared, "the checks component declares its scrape job"
+    assert sorted(set(declared) - set(PRODUCTION_JOBS)) == [], "scraped locally, never in production"
+    for name in ("anomaly", "fleetsight-health", "fleetsight-chatbot", "fleetsight-checks"):
+        (sd,) = PRODUCTION_JOBS[name]["file_sd_configs"]
+        assert sd["files"] == [f"/etc/prometheus/targets/{name}/*.json"], name
+        examples = list((local.METRICS_DIR / "targets" / name).glob("*.json*"))
+        assert examples, f"metrics/targets/{name}/ has no target list"
+    config = local.prometheus_config(settings)
+    (checks,) = [job for job in config["scrape_configs"] if job["job_name"] == "fleetsight-checks"]
+    assert checks["static_configs"] == [{"targets": [f"127.0.0.1:{settings.port('checks')}"]}]
+    assert local.without_addresses(checks) == local.without_addresses(PRODUCTION_JOBS["fleetsight-checks"])
+
+
+@pytest.mark.stack
+def test_the_local_stack_scrapes_the_checks_service(stack_env: StackEnv) -> None:
+    """`fleetsight up checks prometheus`: Prometheus scrapes the checks service under the production
+    job name (`up{job="fleetsight-checks"} == 1`), and a result posted to the service becomes
+    fleetsight_check_passed / _last_run_timestamp_seconds in Prometheus, the series ActiveCheckFailed
+    reads."""
+    stack_env.cli("up", "checks", "prometheus", "--timeout", "120", timeout=180)
+    finished = 1_800_000_000.0
+    result = {
+        "node": "n0042",
+        "check": "dcgm_diag_r1",
+        "passed": False,
+        "summary": "test",
+        "finished": finished,
+    }
+    httpx.post(stack_env.url("checks", "/v1/results"), json=[result], timeout=10).raise_for_status()
+    url = stack_env.url("prometheus", "/api/v1/query")
+
+    def query(expr: str) -> list[dict[str, Any]]:
+        try:
+            answer = httpx.get(url, params={"query": expr}, timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return []
+        return answer.get("data", {}).get("result", [])
+
+    (up,) = wait_until(
+        lambda: query('up{job="fleetsight-checks"} == 1'), timeout=120, interval=1,
+        what="Prometheus's first scrape of the checks service (job fleetsight-checks)",
+    )  # fmt: skip
+    assert up["metric"]["instance"] == f"127.0.0.1:{stack_env.port('checks')}"
+    (passed,) = wait_until(
+        lambda: query('fleetsight_check_passed{job="fleetsight-checks",node="n0042"}'), timeout=60,
+        interval=1, what="the posted result in Prometheus",
+    )  # fmt: skip
+    assert passed["metric"]["check"] == "dcgm_diag_r1" and passed["value"][1] == "0"
+    (stamp,) = query('fleetsight_check_last_run_timestamp_seconds{job="fleetsight-checks",node="n0042"}')
+    assert float(stamp["value"][1]) == finished
+
+
 class DcgmExporterPage(BaseHTTPRequestHandler):
     """dcgm-exporter's /metrics as it looks on a host: `Hostname`, no `node` (that is Prometheus's job)."""
 

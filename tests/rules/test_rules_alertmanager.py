@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from fleetsight.settings import REPO_ROOT
 from support import StackEnv, wait_until
@@ -84,6 +86,30 @@ def test_routes(labels: dict[str, str], receivers: str) -> None:
 
 
 # --------------------------------------------------------------------------- a real Alertmanager
+
+
+@pytest.mark.parametrize(
+    ("common_labels", "channel"),
+    [
+        ({"hpc_job": "2001"}, "#job-2001"),
+        ({"hpc_job": "Team-A/pretrain.v2"}, "#job-team-a-pretrain-v2"),  # a Kubernetes job: ns/name
+        ({}, "#fleetsight-researchers"),
+    ],
+)
+def test_the_job_channel_is_a_valid_slack_name(
+    common_labels: dict[str, str], channel: str, tmp_path: Path
+) -> None:
+    """The job receiver's channel, rendered by amtool from the file's own template text."""
+    receivers = yaml.safe_load(CONFIG.read_text())["receivers"]
+    template = next(r for r in receivers if r["name"] == "slack-job")["slack_configs"][0]["channel"]
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"CommonLabels": common_labels, "Alerts": [], "Status": "firing"}))
+    result = amtool(
+        "template", "render", f"--template.glob={tmp_path}/none.tmpl", f"--template.text={template}",
+        f"--template.data={data}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == channel
 
 
 def alert(name: str, labels: dict[str, str], summary: str, ends: dt.datetime | None = None) -> dict[str, Any]:
