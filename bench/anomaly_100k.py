@@ -26,6 +26,7 @@ the end of the cycle that flagged the straggler.
 
     nice -n 5 .venv/bin/python bench/anomaly_100k.py --nodes 1250,6250,12500
     nice -n 5 .venv/bin/python bench/anomaly_100k.py --nodes 1250 --scrape-interval 5  # production's
+    nice -n 5 .venv/bin/python bench/anomaly_100k.py --nodes 12500 --modes recorded --engine thanos
 
 The dcgm job scrapes every 5 s in production; on a 2-core machine 12,500 nodes at 5 s (~220,000
 samples/s) leave nothing for the rest, so the default here is 15 s: a 30 s window then holds 2 samples
@@ -223,6 +224,7 @@ class Stack:
     work: Path
     nodes: int
     scrape_s: int
+    engine: str = "prometheus"
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     prom_ports: list[int] = field(default_factory=list)
 
@@ -259,6 +261,7 @@ class Stack:
         self.start("query", [
             str(THANOS), "query", f"--http-address=127.0.0.1:{self.query_port}",
             f"--grpc-address=127.0.0.1:{free_port()}", "--query.replica-label=replica",
+            f"--query.promql-engine={self.engine}",
             *(f"--endpoint=127.0.0.1:{p}" for p in grpc)])  # fmt: skip
         self.targets = targets
 
@@ -405,7 +408,7 @@ def summary(mode: str, cycles: list[dict], flagged: float | None, mode_now: str 
 
 def run_point(nodes: int, args: argparse.Namespace) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix=f"anomaly100k-{nodes}-"))
-    stack = Stack(work, nodes, args.scrape_interval)
+    stack = Stack(work, nodes, args.scrape_interval, args.engine)
     try:
         t0 = time.monotonic()
         stack.up()
@@ -415,7 +418,7 @@ def run_point(nodes: int, args: argparse.Namespace) -> list[dict]:
         time.sleep(2 * args.scrape_interval)  # the first windows fill
         idle = baseline(stack, args.baseline)
         print(f"  idle stack CPU per s: {idle}", flush=True)
-        rows = [run_mode(stack, "raw", args, idle, job_node=3 * JOB_NODES)]
+        rows = [run_mode(stack, "raw", args, idle, job_node=3 * JOB_NODES)] if "raw" in args.modes else []
         stack.load_rules()
         wait_for(lambda: stack.count("gpu:dcgm_tensor_active:median30s") == gpus, 600, "the recorded window")
         with_rules = baseline(stack, args.baseline)  # the rules' evaluations, nobody reading them
@@ -425,7 +428,7 @@ def run_point(nodes: int, args: argparse.Namespace) -> list[dict]:
         rows[-1]["rule_eval_s"] = [rule_times(port) for port in stack.prom_ports]
         print(f"  rule evaluation (s, per shard): {rows[-1]['rule_eval_s']}", flush=True)
         for row in rows:
-            row.update(nodes=nodes, gpus=gpus, scrape_s=args.scrape_interval)
+            row.update(nodes=nodes, gpus=gpus, scrape_s=args.scrape_interval, engine=args.engine)
         return rows
     finally:
         stack.stop()
@@ -456,6 +459,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-after", type=int, default=5, help="cycles after it, at most")
     parser.add_argument("--baseline", type=float, default=45.0, help="idle window, seconds")
     parser.add_argument("--out", type=Path, default=Path("/tmp/anomaly_100k.json"))
+    parser.add_argument("--modes", default="raw,recorded", help="raw,recorded or recorded alone")
+    parser.add_argument(
+        "--engine", default="prometheus", choices=("prometheus", "thanos"), help="Thanos Query's engine"
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     return parser.parse_args()

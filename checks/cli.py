@@ -14,6 +14,7 @@ import click
 import httpx
 
 from fleetsight.logs import setup_logging
+from fleetsight.webconfig import uvicorn_tls, web_config_option
 
 from . import runner
 from .catalog import CATALOG_FILE, CatalogError, catalog_table, load_catalog
@@ -184,12 +185,22 @@ def pair_command(**options: Any) -> None:
 @click.option("--cluster", default="default", show_default=True)
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path), default=POLICY_FILE)
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
-def serve_command(listen: str, state_dir: Path, cluster: str, policy_file: Path, catalog_file: Path) -> None:
+@web_config_option
+def serve_command(
+    listen: str,
+    state_dir: Path,
+    cluster: str,
+    policy_file: Path,
+    catalog_file: Path,
+    web_config_file: str | None = None,
+) -> None:
     """Keep the latest result per node and check; serve /v1/results, /v1/policy and /metrics.
 
     \b
     Examples:
       fleetsight checks serve --listen 0.0.0.0:9443 --state-dir /var/lib/fleetsight/checks
+      fleetsight checks serve --listen 0.0.0.0:9443 --state-dir /var/lib/fleetsight/checks \\
+          --web.config.file /etc/fleetsight/web-config.yml    # TLS, as the other services
     """
     import uvicorn
 
@@ -202,11 +213,16 @@ def serve_command(listen: str, state_dir: Path, cluster: str, policy_file: Path,
         validate_policy(policy, catalog)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
+    tls = uvicorn_tls(web_config_file)  # a bad file stops here, before anything is written
     state_dir.mkdir(parents=True, exist_ok=True)
     store = ResultStore(catalog, state_dir / "results.json")
     host, _, port = listen.rpartition(":")
     uvicorn.run(
-        create_app(store, policy, cluster), host=host or "127.0.0.1", port=int(port), log_level="warning"
+        create_app(store, policy, cluster),
+        host=host or "127.0.0.1",
+        port=int(port),
+        log_level="warning",
+        **tls,
     )
 
 

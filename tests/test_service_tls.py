@@ -174,6 +174,21 @@ def test_prometheus_scrapes_the_anomaly_service_over_tls_with_a_read_token(
     assert "401" in wrong["lastError"], wrong["lastError"]
 
 
+def test_the_checks_service_serves_tls(tls_dir: Path, started: Callable[..., None], tmp_path: Path) -> None:
+    """Where the check jobs post their results and Prometheus scrapes fleetsight_check_passed."""
+    trust = ssl.create_default_context(cafile=tls_dir / "fleetsight-service.crt")
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    command = [*FLEETSIGHT, "checks", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir",
+               str(tmp_path / "checks"), "--web.config.file", str(tls_dir / "web.yml")]  # fmt: skip
+    started("checks", command, lambda: httpx.get(f"{url}/metrics", verify=trust, timeout=2).is_success, {})
+    result = {"node": "n0042", "check": "dcgm_diag_r1", "passed": True, "summary": "ok", "finished": 1.8e9}
+    httpx.post(f"{url}/v1/results", json=[result], verify=trust, timeout=5).raise_for_status()
+    metrics = httpx.get(f"{url}/metrics", verify=trust, timeout=5).text
+    assert "fleetsight_check_passed{" in metrics and 'node="n0042"' in metrics
+    refuses_plain_http(url)
+
+
 @pytest.mark.parametrize(
     ("service", "content", "named"),
     [
@@ -183,13 +198,15 @@ def test_prometheus_scrapes_the_anomaly_service_over_tls_with_a_read_token(
          ["tls_server_config", "No such file"]),
         ("chatbot", {"tls_server_config": {"cert_file": "a", "key_file": "b", "min_version": "TLS1.3"}},
          ["tls_server_config.min_version"]),
+        ("checks", {"http_server_config": {}}, ["tls_server_config is required"]),
     ],
 )  # fmt: skip
 def test_a_bad_web_config_stops_the_service_at_start(
     service: str, content: dict, named: list[str], tmp_path: Path
 ) -> None:
     bad = write_yaml(tmp_path / "web.yml", content)
-    extra = {"anomaly": ["--prometheus-url", "http://127.0.0.1:9"], "health": [], "chatbot": []}[service]
+    extra = {"anomaly": ["--prometheus-url", "http://127.0.0.1:9"], "health": [], "chatbot": [],
+             "checks": ["--state-dir", str(tmp_path / "checks")]}[service]  # fmt: skip
     result = subprocess.run(
         [*FLEETSIGHT, service, "serve", "--listen", f"127.0.0.1:{free_port()}", *extra,
          "--web.config.file", str(bad)],
