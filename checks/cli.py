@@ -89,7 +89,9 @@ def run_command(
 ) -> None:
     """Run checks on this node and print one JSON result per line.
 
-    Exit 1 if a check failed, 3 if the results could not be posted (the result is still printed).
+    Exit 1 if a check failed, 3 if the results could not be posted (the result is still printed). The
+    post carries the bearer token (scope `results`) of FLEETSIGHT_CHECKS_TOKEN or of the file
+    FLEETSIGHT_CHECKS_TOKEN_FILE names.
 
     \b
     Examples:
@@ -134,7 +136,11 @@ def _report(report: str | None, results: list[dict[str, Any]]) -> None:
     if not report:
         return
     try:
-        runner.post_results(report, results)
+        token = runner.client_token()
+    except ValueError as exc:
+        raise ReportFailed(f"cannot post the results to {report}: {exc}") from None
+    try:
+        runner.post_results(report, results, token)
     except httpx.HTTPError as exc:
         raise ReportFailed(f"cannot post the results to {report}: {exc}") from exc
 
@@ -185,6 +191,28 @@ def pair_command(**options: Any) -> None:
 @click.option("--cluster", default="default", show_default=True)
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path), default=POLICY_FILE)
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
+@click.option(
+    "--open-reads/--token-reads",
+    default=True,
+    show_default=True,
+    help="Answer reads (results, policy, catalogue, /metrics) without a token (cluster network), or only "
+    "to a token with scope `read`.",
+)
+@click.option(
+    "--results-token-file",
+    envvar="FLEETSIGHT_CHECKS_RESULTS_TOKEN_FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding one bearer token with scope `results` (POST /v1/results): the same file (or "
+    "Secret) the posting side reads through FLEETSIGHT_CHECKS_TOKEN_FILE.",
+)
+@click.option(
+    "--open-writes",
+    is_flag=True,
+    default=False,
+    help="Take POST /v1/results from anyone, without a token: anyone who reaches the port can then put a "
+    "drained node back in service with a forged PASS. Only for a test bench.",
+)
 @web_config_option
 def serve_command(
     listen: str,
@@ -192,21 +220,65 @@ def serve_command(
     cluster: str,
     policy_file: Path,
     catalog_file: Path,
+    open_reads: bool,
+    results_token_file: Path | None,
+    open_writes: bool,
     web_config_file: str | None = None,
 ) -> None:
     """Keep the latest result per node and check; serve /v1/results, /v1/policy and /metrics.
 
+    A post of results needs a bearer token with scope `results` (a PASS resumes a drained node through
+    the health service's validation gate): FLEETSIGHT_CHECKS_TOKENS="tok=results;other=read" or a file
+    named by FLEETSIGHT_CHECKS_TOKENS_FILE (one "token scope,scope" per line), or a bare token in the
+    --results-token-file (the posting side's own file or Secret). The service refuses to
+    start without one, unless --open-writes says so explicitly. The posting side (checks run/pair)
+    sends FLEETSIGHT_CHECKS_TOKEN or the token in the file FLEETSIGHT_CHECKS_TOKEN_FILE names.
+
     \b
     Examples:
-      fleetsight checks serve --listen 0.0.0.0:9443 --state-dir /var/lib/fleetsight/checks
+      FLEETSIGHT_CHECKS_TOKENS_FILE=/etc/fleetsight/checks-tokens \\
+          fleetsight checks serve --listen 0.0.0.0:9443 --state-dir /var/lib/fleetsight/checks
       fleetsight checks serve --listen 0.0.0.0:9443 --state-dir /var/lib/fleetsight/checks \\
           --web.config.file /etc/fleetsight/web-config.yml    # TLS, as the other services
     """
     import uvicorn
 
-    from .service import ResultStore, create_app, load_policy, validate_policy
+    from fleetsight import auth
+
+    from .service import RESULTS, SCOPES, TOKENS_PREFIX, ResultStore, create_app, load_policy, validate_policy
 
     setup_logging()
+    try:
+        tokens = auth.load_tokens(TOKENS_PREFIX, SCOPES)
+    except auth.TokenError as exc:
+        raise click.ClickException(str(exc)) from None
+    if results_token_file is not None:
+        try:
+            token = results_token_file.read_text().strip()
+        except OSError as exc:
+            raise click.ClickException(
+                f"--results-token-file {results_token_file}: cannot read: {exc.strerror}"
+            ) from None
+        if not token:
+            raise click.ClickException(f"--results-token-file {results_token_file}: empty")
+        tokens[token] = tokens.get(token, frozenset()) | {RESULTS}
+    if open_writes:
+        log.warning(
+            "event=open_writes: POST /v1/results takes results from anyone without a token; anyone who "
+            "reaches the port can resume a drained node with a forged PASS"
+        )
+    elif not any(RESULTS in scopes for scopes in tokens.values()):
+        raise click.UsageError(
+            "no token with scope `results` is configured, so nothing could post results: set "
+            f"{TOKENS_PREFIX}_TOKENS='token=results', {TOKENS_PREFIX}_TOKENS_FILE (one 'token results' "
+            "per line) or --results-token-file, or pass --open-writes to take results from anyone (a test "
+            "bench only)"
+        )
+    if not open_reads and not any(auth.READ in scopes for scopes in tokens.values()):
+        raise click.UsageError(
+            f"--token-reads needs at least one token with scope `read` ({TOKENS_PREFIX}_TOKENS)"
+        )
+    guard = auth.TokenGuard(tokens, open_reads, frozenset({RESULTS}) if open_writes else frozenset())
     catalog = _catalog(catalog_file)
     try:
         policy = load_policy(policy_file)
@@ -218,7 +290,7 @@ def serve_command(
     store = ResultStore(catalog, state_dir / "results.json")
     host, _, port = listen.rpartition(":")
     uvicorn.run(
-        create_app(store, policy, cluster),
+        create_app(store, policy, cluster, guard),
         host=host or "127.0.0.1",
         port=int(port),
         log_level="warning",
@@ -240,6 +312,13 @@ def serve_command(
 @click.option("--budget", default=2, show_default=True, help="Nodes of the cluster under test at most.")
 @click.option("--tools", type=click.Path(path_type=Path), default=runner.TOOLS_FILE, show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), required=True, help="The jobs' output files.")
+@click.option(
+    "--job-token-file",
+    default=None,
+    help="A file on the nodes holding the jobs' token (scope `results`): the jobs get its path as "
+    "FLEETSIGHT_CHECKS_TOKEN_FILE. Default: the cycle's own FLEETSIGHT_CHECKS_TOKEN[_FILE] goes with "
+    "the job's environment (--export=ALL).",
+)
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
 def slurm_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     """One pass: start the intrusive checks the plan allows now as Slurm jobs, print what waits and why.
@@ -259,12 +338,13 @@ def slurm_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
         options["output_dir"],
         leaf_map=load_leaf_map(options["leaf_map"]) if options["leaf_map"] else None,
         budget=options["budget"],
+        token_file=options["job_token_file"],
     )
     health = options["health_url"]
     wanted = validation_requests(health, catalog, options["retry_after"]) if health else []
     wanted += periodic_units(options["checks_url"], options["periodic"], options["every"], slurm.nodes())
     decision = slurm.cycle(wanted)
-    results = httpx.get(f"{options['checks_url']}/v1/results", timeout=10).json()["results"]
+    results = _results(options["checks_url"])
     slurm.publish_comments(results)
     click.echo(
         json.dumps(
@@ -278,13 +358,26 @@ def slurm_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+def _results(checks_url: str) -> list[dict[str, Any]]:
+    """The service's latest results, with the cycle's token when it has one (reads may need it:
+    `checks serve --token-reads`, with a token that has scope `read` too)."""
+    try:
+        token = runner.client_token()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(f"{checks_url.rstrip('/')}/v1/results", headers=headers, timeout=10)
+    response.raise_for_status()
+    return response.json()["results"]
+
+
 def periodic_units(checks_url: str, names: tuple[str, ...], every: float, nodes: dict) -> list[Unit]:  # type: ignore[type-arg]
     """Each named check on each idle node whose last run is older than ``every`` seconds."""
     import time
 
     if not names:
         return []
-    results = httpx.get(f"{checks_url}/v1/results", timeout=10).json()["results"]
+    results = _results(checks_url)
     last = {(r["node"], r["check"]): r["finished"] for r in results}
     now = time.time()
     return [
@@ -304,6 +397,13 @@ def periodic_units(checks_url: str, names: tuple[str, ...], every: float, nodes:
 )
 @click.option("--tools-in-job", default=None, help="The tools file inside the check Jobs' image.")
 @click.option("--namespace", default="fleetsight", show_default=True)
+@click.option(
+    "--token-secret",
+    envvar="FLEETSIGHT_CHECKS_TOKEN_SECRET",
+    default=None,
+    help="The Secret (in --namespace, key `token`) whose bearer token the check Jobs post their results "
+    "with (scope `results`): their FLEETSIGHT_CHECKS_TOKEN.",
+)
 @click.option("--image", default="ghcr.io/fleetsight/fleetsight:latest", show_default=True)
 @click.option("--leaf-map", type=click.Path(path_type=Path), default=None, help="YAML node -> leaf(s).")
 @click.option("--budget", default=2, show_default=True, help="Nodes of the cluster under test at most.")
@@ -323,17 +423,18 @@ def kube_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
 
     catalog = _catalog(options["catalog_file"])
     api = KubeClient(options["kubeconfig"])
-    runner = KubeChecks(
+    kube = KubeChecks(
         api, catalog, options["checks_url"], ["fleetsight"], image=options["image"],
         namespace=options["namespace"], budget=options["budget"], tools=options["tools_in_job"],
         leaf_map=load_leaf_map(options["leaf_map"]) if options["leaf_map"] else {},
+        token_secret=options["token_secret"],
     )  # fmt: skip
     health = options["health_url"]
     wanted = validation_requests(health, catalog, options["retry_after"]) if health else []
-    results = httpx.get(f"{options['checks_url']}/v1/results", timeout=10).json()["results"]
+    results = _results(options["checks_url"])
     nodes = [n["metadata"]["name"] for n in api.request("GET", "/api/v1/nodes")["items"]]
-    decision = runner.cycle(wanted, nodes, {(r["node"], r["check"]): r for r in results})
-    runner.label_results(results)
+    decision = kube.cycle(wanted, nodes, {(r["node"], r["check"]): r for r in results})
+    kube.label_results(results)
     started = [{"check": u.check, "nodes": list(u.nodes)} for u in decision.start]
     waiting = [{"check": u.check, "nodes": list(u.nodes), "why": w} for u, w in decision.waiting.items()]
     click.echo(json.dumps({"started": started, "waiting": waiting}))

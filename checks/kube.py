@@ -25,6 +25,7 @@ import yaml
 
 from .catalog import Check
 from .plan import Decision, Unit, plan, with_partners
+from .runner import TOKEN_ENV
 
 TAINT_KEY = "fleetsight.io/unhealthy"  # health/kubernetes.py's taint (a contract, not an import)
 CHECK_LABEL = "fleetsight.io/check"
@@ -102,6 +103,10 @@ class KubeChecks:
     leaf_map: Mapping[str, frozenset[str]] = field(default_factory=dict)
     budget: int = 2
     tools: str | None = None  # the tools file inside the container (a ConfigMap), when not the default
+    # The Secret (in ``namespace``) whose key ``token_key`` holds the Jobs' bearer token for POST
+    # /v1/results (scope `results`): the container gets it as FLEETSIGHT_CHECKS_TOKEN. None: no token.
+    token_secret: str | None = None
+    token_key: str = "token"
 
     def busy_nodes(self) -> set[str]:
         pods = self.api.request(
@@ -176,6 +181,9 @@ class KubeChecks:
         args = [*self.command, *what, "--report", self.checks_url]
         args += ["--tools", self.tools] if self.tools else []
         container: dict[str, Any] = {"name": "check", "image": self.image, "command": args}
+        if self.token_secret:
+            ref = {"name": self.token_secret, "key": self.token_key}
+            container["env"] = [{"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}]
         if self.gpus:
             container["resources"] = {"limits": {"nvidia.com/gpu": str(self.gpus)}}
         labels = {CHECK_LABEL: check.name, "app.kubernetes.io/part-of": "fleetsight"}

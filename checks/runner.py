@@ -8,6 +8,7 @@ import os
 import ssl
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,26 @@ def run_pair_client(
         verdict = parsers.Verdict(not bad, summary, evidence)
         results.append(record(check, here, verdict, started, finished))
     return results
+
+
+TOKEN_ENV = "FLEETSIGHT_CHECKS_TOKEN"
+TOKEN_FILE_ENV = "FLEETSIGHT_CHECKS_TOKEN_FILE"
+
+
+def client_token(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The bearer token (scope ``results``) a check sends with its results: FLEETSIGHT_CHECKS_TOKEN, or
+    the first line of the file FLEETSIGHT_CHECKS_TOKEN_FILE names (a Secret's mount, a root-only file on
+    the node). ValueError if that file cannot be read or is empty; None when neither is set."""
+    path = environ.get(TOKEN_FILE_ENV)
+    if path:
+        try:
+            token = Path(path).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"{TOKEN_FILE_ENV} {path}: cannot read: {exc.strerror}") from None
+        if not token:
+            raise ValueError(f"{TOKEN_FILE_ENV} {path}: empty")
+        return token.splitlines()[0].strip()
+    return environ.get(TOKEN_ENV, "").strip() or None
 
 
 def post_results(url: str, results: list[dict[str, Any]], token: str | None = None) -> None:

@@ -5,7 +5,11 @@ service's validation gate and to people (GET /v1/results), and publishes them to
 - ``fleetsight_check_last_run_timestamp_seconds{cluster,node,check}``: when that result finished.
 
 Results arrive by POST /v1/results from whatever ran the check (a light-check timer on the node, the
-Slurm batch job, the Kubernetes Job), so the service never reaches into nodes itself."""
+Slurm batch job, the Kubernetes Job), so the service never reaches into nodes itself. A posted PASS can
+resume a drained node (the health service's validation gate), so a post needs a bearer token with scope
+``results`` (fleetsight.auth's scheme: FLEETSIGHT_CHECKS_TOKENS, FLEETSIGHT_CHECKS_TOKENS_FILE, or the bare
+token of ``checks serve --results-token-file``); reads are open on the cluster network unless the
+service is started with ``--token-reads``."""
 
 from __future__ import annotations
 
@@ -17,16 +21,23 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from fleetsight import auth
+
 from .catalog import Check
 
 POLICY_FILE = Path(__file__).resolve().parent / "policy.yml"
 REQUIRED = ("node", "check", "passed", "summary", "finished")
+# The service's scopes: `read` (results, policy, catalogue, /metrics; open unless --token-reads) and
+# `results` (POST /v1/results: what the light checks, the Slurm jobs and the Kubernetes Jobs send).
+RESULTS = "results"
+SCOPES = (auth.READ, RESULTS)
+TOKENS_PREFIX = "FLEETSIGHT_CHECKS"
 
 
 def load_policy(path: Path = POLICY_FILE) -> dict[str, Any]:
@@ -111,12 +122,16 @@ class ResultCollector(Collector):
         yield stamp
 
 
-def create_app(store: ResultStore, policy: dict[str, Any], cluster: str) -> FastAPI:
-    app = FastAPI(title="FleetSight checks service", version="1")
+def create_app(store: ResultStore, policy: dict[str, Any], cluster: str, guard: auth.TokenGuard) -> FastAPI:
+    """The API: a post needs scope ``results`` (unless ``guard.open_scopes`` has it: --open-writes), a
+    read scope ``read`` when ``guard.open_reads`` is false."""
+    app = FastAPI(title="FleetSight checks service", version="1", responses=auth.ERROR_RESPONSES)
     registry = CollectorRegistry()
     registry.register(ResultCollector(store, cluster))
+    reader = [Depends(guard.require(auth.READ))]
+    writer = [Depends(guard.require(RESULTS))]
 
-    @app.post("/v1/results", summary="Record check results (a list of result records)")
+    @app.post("/v1/results", summary="Record check results (a list of result records)", dependencies=writer)
     async def post_results(request: Request) -> dict[str, int]:
         try:
             body = await request.json()
@@ -126,22 +141,22 @@ def create_app(store: ResultStore, policy: dict[str, Any], cluster: str) -> Fast
         except ValueError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
 
-    @app.get("/v1/results", summary="Latest result per node and check (?node=)")
+    @app.get("/v1/results", summary="Latest result per node and check (?node=)", dependencies=reader)
     async def get_results(node: str | None = None) -> dict[str, Any]:
         return {"results": store.results(node)}
 
-    @app.get("/v1/policy", summary="Which checks must pass after which fault")
+    @app.get("/v1/policy", summary="Which checks must pass after which fault", dependencies=reader)
     async def get_policy() -> dict[str, Any]:
         return policy
 
-    @app.get("/v1/catalog", summary="The check catalogue")
+    @app.get("/v1/catalog", summary="The check catalogue", dependencies=reader)
     async def get_catalog() -> dict[str, Any]:
         return {
             n: {"kind": c.kind, "seconds": c.seconds, "disturbs": c.disturbs}
             for n, c in store.catalog.items()
         }
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get("/metrics", include_in_schema=False, dependencies=reader)
     async def metrics() -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 

@@ -29,6 +29,7 @@ import httpx
 
 from .catalog import Check
 from .plan import Decision, Unit, plan, with_partners
+from .runner import TOKEN_FILE_ENV
 
 log = logging.getLogger("fleetsight.checks.slurm")
 JOB_PREFIX = "fleetsight-check:"
@@ -59,6 +60,11 @@ class SlurmChecks:
     leaf_map: Mapping[str, frozenset[str]] | None = None
     budget: int = 2
     start_timeout_s: float = 30.0
+    # The jobs' token for POST /v1/results (scope `results`): a file readable on the nodes (a shared or
+    # root-only path the job reads; only its path goes through Slurm). None: the job gets whatever
+    # FLEETSIGHT_CHECKS_TOKEN/_TOKEN_FILE the cycle has (sbatch --export=ALL; a bare token then sits in
+    # the job's environment, which slurmctld keeps: the file is the better choice).
+    token_file: str | None = None
 
     # ------------------------------------------------------------------ reading Slurm
     def run(self, *command: str, check: bool = True) -> str:
@@ -157,6 +163,15 @@ class SlurmChecks:
         command += ["--exclusive", f"--time={minutes}", f"--output={self.output_dir}/%j.out"]
         if reservation:
             command.append(f"--reservation={reservation}")
+        # ALL: the cycle's environment (FLEETSIGHT_CHECKS_TOKEN[_FILE] among it) even where a site sets
+        # SBATCH_EXPORT=NONE; a configured token file is named explicitly. Slurm splits --export on
+        # commas, so a path with one cannot be passed this way.
+        export = "ALL"
+        if self.token_file:
+            if "," in self.token_file:
+                raise ValueError(f"token file {self.token_file!r}: Slurm's --export cannot pass a comma")
+            export += f",{TOKEN_FILE_ENV}={self.token_file}"
+        command.append(f"--export={export}")
         return [*command, f"--wrap={shlex.join(self._inner(check, unit))}"]
 
     def _start_in_reservation(self, job: str, reasons: Mapping[str, str]) -> None:

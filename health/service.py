@@ -167,6 +167,7 @@ class HealthService:
         self.delay_sum = 0.0
         self.repairs = {"added": 0, "removed": 0}
         self.sweeps = 0
+        self.inventory_pending = False  # the last sweep's Prometheus knew no node yet
         self.sweep_started: float | None = None
         self.last_reconcile_seconds = 0.0
         self.reconcile_cpu_seconds = 0.0
@@ -266,6 +267,10 @@ class HealthService:
         if any(repairs.values()):
             log.warning("event=reconcile_repaired added=%d removed=%d", repairs["added"], repairs["removed"])
         self.sweeps += 1
+        # A Prometheus that answered no node yet (started with the service, nothing scraped): the breaker's
+        # units (su, rack) come from those series, so sweep again soon rather than in `reconcile`.
+        prometheus = next((r for r in results if r.name == "prometheus"), None)
+        self.inventory_pending = prometheus is not None and prometheus.ok and not prometheus.nodes
         self.sweep_started = now  # events after this are newer than the next sweep's read
         self.last_reconcile_seconds = time.monotonic() - started
         self.reconcile_cpu_seconds = time.process_time() - cpu
@@ -384,8 +389,8 @@ class HealthService:
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + self.policy.reconcile_interval_s
                     self.reconcile()
-                    if not all(self.engine.sources_ok.values()):  # the inventory is incomplete
-                        next_sweep = time.monotonic() + self.policy.refresh_interval_s
+                    if not all(self.engine.sources_ok.values()) or self.inventory_pending:
+                        next_sweep = time.monotonic() + self.policy.refresh_interval_s  # incomplete
                 else:
                     next_scheduler = self._tick(next_scheduler)
             except Exception:
@@ -519,6 +524,9 @@ class HealthCollector(Collector):
         for kind, count in service.repairs.items():
             repairs.add_metric([kind], count)
         yield repairs
+        yield CounterMetricFamily(
+            "fleetsight_health_reconcile_sweeps", "Reconcile sweeps since the start", value=service.sweeps
+        )
         yield GaugeMetricFamily(
             "fleetsight_health_reconcile_duration_seconds",
             "Duration of the last reconcile sweep",

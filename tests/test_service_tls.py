@@ -181,9 +181,13 @@ def test_the_checks_service_serves_tls(tls_dir: Path, started: Callable[..., Non
     url = f"https://127.0.0.1:{port}"
     command = [*FLEETSIGHT, "checks", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir",
                str(tmp_path / "checks"), "--web.config.file", str(tls_dir / "web.yml")]  # fmt: skip
-    started("checks", command, lambda: httpx.get(f"{url}/metrics", verify=trust, timeout=2).is_success, {})
+    tokens = {"FLEETSIGHT_CHECKS_TOKENS": f"{READ_TOKEN}=results", "FLEETSIGHT_CHECKS_TOKENS_FILE": None}
+    started(
+        "checks", command, lambda: httpx.get(f"{url}/metrics", verify=trust, timeout=2).is_success, tokens
+    )
     result = {"node": "n0042", "check": "dcgm_diag_r1", "passed": True, "summary": "ok", "finished": 1.8e9}
-    httpx.post(f"{url}/v1/results", json=[result], verify=trust, timeout=5).raise_for_status()
+    bearer = {"Authorization": f"Bearer {READ_TOKEN}"}  # this test's one token, here with scope results
+    httpx.post(f"{url}/v1/results", json=[result], headers=bearer, verify=trust, timeout=5).raise_for_status()
     metrics = httpx.get(f"{url}/metrics", verify=trust, timeout=5).text
     assert "fleetsight_check_passed{" in metrics and 'node="n0042"' in metrics
     refuses_plain_http(url)
@@ -206,7 +210,7 @@ def test_a_bad_web_config_stops_the_service_at_start(
 ) -> None:
     bad = write_yaml(tmp_path / "web.yml", content)
     extra = {"anomaly": ["--prometheus-url", "http://127.0.0.1:9"], "health": [], "chatbot": [],
-             "checks": ["--state-dir", str(tmp_path / "checks")]}[service]  # fmt: skip
+             "checks": ["--state-dir", str(tmp_path / "checks"), "--open-writes"]}[service]  # fmt: skip
     result = subprocess.run(
         [*FLEETSIGHT, service, "serve", "--listen", f"127.0.0.1:{free_port()}", *extra,
          "--web.config.file", str(bad)],

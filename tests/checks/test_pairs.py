@@ -5,6 +5,7 @@ ib_write_bw stand-ins, post one result per node with the result per port."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -58,7 +59,9 @@ def test_the_two_sides_of_a_pair_post_a_result_per_node_and_port(tmp_path: Path)
     serve = [*FLEETSIGHT, "checks", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path)]
     url = f"http://127.0.0.1:{port}"
     pair = [*FLEETSIGHT, "checks", "pair", "--client", "cli", "--server", "srv", "--tools", str(tools)]
-    with stopping(Process("checks", serve, tmp_path / "checks.log")) as service:
+    token = "pair-test-results-token-0c4f"
+    service_env = {**os.environ, "FLEETSIGHT_CHECKS_TOKENS": f"{token}=results"}
+    with stopping(Process("checks", serve, tmp_path / "checks.log", service_env)) as service:
         service.wait_ready(f"{url}/-/ready")
         server = subprocess.Popen([*pair, "--here", "srv"], stdout=subprocess.PIPE, text=True)
         client = subprocess.run(
@@ -67,6 +70,7 @@ def test_the_two_sides_of_a_pair_post_a_result_per_node_and_port(tmp_path: Path)
             text=True,
             timeout=120,
             check=False,
+            env={**os.environ, "FLEETSIGHT_CHECKS_TOKEN": token},  # the client side posts
         )
         served = server.communicate(timeout=60)[0]
         results = {r["node"]: r for r in httpx.get(f"{url}/v1/results", timeout=5).json()["results"]}

@@ -168,6 +168,42 @@ def test_secrets_are_only_referenced(full: list[dict[str, Any]]) -> None:
     volumes = {v["name"]: v for v in health["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tokens"]["secret"]["secretName"] == "fleetsight-health-tokens"
     assert volumes["events-token"]["secret"]["secretName"] == "fleetsight-health-events"
+    checks = next(o for o in full if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-checks"))
+    volumes = {v["name"]: v for v in checks["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["results-token"]["secret"]["secretName"] == "fleetsight-checks-results"
+    cron = workload(full, "CronJob", "fs-fleetsight-checks-scheduler")
+    args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--token-secret=fleetsight-checks-results" in args
+
+
+def test_the_results_token_is_one_secret_for_the_checks_service_and_its_posters(
+    default: list[dict[str, Any]],
+) -> None:
+    """Issue 36: a posted PASS resumes a drained node, so the service asks a token of every post; the
+    chart makes it once, the service checks it, the light-check DaemonSet and the check Jobs send it."""
+    (secret,) = [
+        o for o in default if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-checks-results")
+    ]
+    assert secret["metadata"]["name"] == "fs-fleetsight-checks-results"
+    assert len(secret["data"]["token"]) >= 48
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    service = workload(default, "Deployment", "fs-fleetsight-checks")["spec"]["template"]["spec"]
+    light = workload(default, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]["spec"]
+    for pod in (service, light):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["results-token"]["secret"]["secretName"] == "fs-fleetsight-checks-results"
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["results-token"] == {
+            "name": "results-token",
+            "mountPath": "/etc/fleetsight/results",
+            "readOnly": True,
+        }
+    assert "--results-token-file=/etc/fleetsight/results/token" in service["containers"][0]["args"]
+    env = {e["name"]: e.get("value") for e in light["containers"][0]["env"]}
+    assert env["FLEETSIGHT_CHECKS_TOKEN_FILE"] == "/etc/fleetsight/results/token"
+    cron = workload(default, "CronJob", "fs-fleetsight-checks-scheduler")
+    args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--token-secret=fs-fleetsight-checks-results" in args  # the Jobs' FLEETSIGHT_CHECKS_TOKEN
 
 
 def test_the_events_token_is_one_secret_mounted_by_health_and_anomaly(default: list[dict[str, Any]]) -> None:

@@ -11,7 +11,9 @@ gives each node as its kubelet would report them)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,6 +38,8 @@ LEAVES = {"kc1": "leaf-a", "kc2": "leaf-a", "kc3": "leaf-b", "kc4": "leaf-b"}
 ADDRESSES = {node: f"10.0.1.{i}" for i, node in enumerate(NODES, start=11)}  # each node's InternalIP
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
 TRACE: list[str] = []
+# The Jobs' token for POST /v1/results: a Secret in the namespace, as the chart's checksToken.
+TOKEN_SECRET, TOKEN = "fleetsight-checks-token", "kube-test-results-token-3f9c"
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +67,19 @@ def world(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     policy.write_text(yaml.safe_dump({"after": {"GPUXidUncorrectable": ["dcgm_diag_r4"]}, "default": []}))
     port = free_port()
     command = [*FLEETSIGHT, "checks", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir", str(folder)]
-    process = Process("checks", [*command, "--policy", str(policy)], folder / "checks.log")
+    meta = {"name": TOKEN_SECRET, "namespace": NAMESPACE}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "stringData": {"token": TOKEN}}
+    if cluster.api("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/{TOKEN_SECRET}").status_code == 404:
+        cluster.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", secret)
+    service_env = {**os.environ, "FLEETSIGHT_CHECKS_TOKENS": f"{TOKEN}=results"}
+    process = Process("checks", [*command, "--policy", str(policy)], folder / "checks.log", service_env)
     url = f"http://127.0.0.1:{port}"
     with stopping(process):
         process.wait_ready(f"{url}/-/ready")
         runner = KubeChecks(
             KubeClient(cluster.admin_kubeconfig), load_catalog(), url, FLEETSIGHT, tools=str(tools),
             leaf_map={n: frozenset({leaf}) for n, leaf in LEAVES.items()}, budget=3,
+            token_secret=TOKEN_SECRET,
         )  # fmt: skip
         yield {"url": url, "faults": faults, "runner": runner, "folder": folder, "cluster": cluster}
 
@@ -85,13 +95,31 @@ def results(url: str) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["node"], r["check"]): r for r in httpx.get(f"{url}/v1/results", timeout=5).json()["results"]}
 
 
+def container_env(cluster: Cluster, container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as the kubelet gives it: its values, its Secret references read from
+    the apiserver (the Jobs' FLEETSIGHT_CHECKS_TOKEN), over this process's own environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETSIGHT_CHECKS_TOKEN")}
+    for item in container.get("env") or []:
+        ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            data = cluster.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{ref['name']}")["data"]
+            env[item["name"]] = base64.b64decode(data[ref["key"]]).decode()
+        else:
+            env[item["name"]] = item.get("value", "")
+    return env
+
+
 def play_kubelet(cluster: Cluster, node: str) -> None:
     """Run the newest check Job of the node as its container would (kwok runs none)."""
     jobs = cluster.get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs?labelSelector={CHECK_LABEL}")["items"]
     mine = [j for j in jobs if j["spec"]["template"]["spec"]["nodeName"] == node]
     job = max(mine, key=lambda j: j["metadata"]["creationTimestamp"] + j["metadata"]["name"])
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = container_env(cluster, container)
+    done = subprocess.run(
+        container["command"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # 3: the result was not taken
 
 
 def test_jobs_only_on_idle_nodes_one_per_leaf_pinned_and_tolerating_the_taint(world: dict[str, Any]) -> None:
@@ -117,6 +145,9 @@ def test_jobs_only_on_idle_nodes_one_per_leaf_pinned_and_tolerating_the_taint(wo
     ]
     assert {"key": TAINT_KEY, "operator": "Exists"} in spec["tolerations"]
     assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    token_ref = {"secretKeyRef": {"name": TOKEN_SECRET, "key": "token"}}
+    assert spec["containers"][0]["env"] == [{"name": "FLEETSIGHT_CHECKS_TOKEN", "valueFrom": token_ref}]
+    assert TOKEN not in json.dumps(jobs)  # the Job names the Secret, never the token
     assert runner.cycle(wanted, NODES, results(world["url"])).start == []  # still running: nothing twice
     for node in ("kc2", "kc3"):
         play_kubelet(cluster, node)
@@ -228,19 +259,19 @@ def play_pair(cluster: Cluster, pair: tuple[str, str]) -> tuple[subprocess.Compl
     """Run the pair's two Jobs as their containers would, at once: the server Job's command in the
     background, the client Job's (which posts both nodes' results) until it ends. Returns the client's
     run and the server's output."""
-    mine = {
-        job["spec"]["template"]["spec"]["nodeName"]: job["spec"]["template"]["spec"]["containers"][0][
-            "command"
-        ]
+    containers = {
+        job["spec"]["template"]["spec"]["nodeName"]: job["spec"]["template"]["spec"]["containers"][0]
         for job in sorted(check_jobs(cluster, "ib_pair_bandwidth"), key=lambda j: j["metadata"]["name"])
         if job["spec"]["template"]["spec"]["nodeName"] in pair
     }  # the newest Job of each node last: it wins
+    mine = {node: container["command"] for node, container in containers.items()}
     client, server = pair
     assert flag(mine[server], "--here") == server and flag(mine[client], "--here") == client
     served = subprocess.Popen(mine[server], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)  # fmt: skip
+                              text=True, env=container_env(cluster, containers[server]))  # fmt: skip
     try:
-        ran = subprocess.run(mine[client], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        ran = subprocess.run(mine[client], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                             env=container_env(cluster, containers[client]))  # fmt: skip
         return ran, served.communicate(timeout=60)[0]
     finally:
         served.kill()

@@ -116,9 +116,10 @@ def test_the_operator_monitors_scrape_the_exporters_with_the_secret() -> None:
 
 def test_switched_off_it_is_plain_http() -> None:
     objects = render("--set", "metricsAuth.enabled=false")
-    # No metrics credential; the health webhook's token (templates/health-events-token.yaml) stays.
-    secrets = [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"]
-    assert secrets == [f"{RELEASE}-fleetsight-health-events"], secrets
+    # No metrics credential; the health webhook's token (templates/health-events-token.yaml) and the
+    # checks' results token (templates/checks-results-token.yaml) stay.
+    secrets = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Secret")
+    assert secrets == [f"{RELEASE}-fleetsight-checks-results", f"{RELEASE}-fleetsight-health-events"], secrets
     agent = by_name(objects, "DaemonSet", "-node-agent")
     container = pod_spec(agent)["containers"][0]
     assert not [a for a in container["args"] if a.startswith("--web.config.file")]

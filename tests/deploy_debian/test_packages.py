@@ -388,12 +388,22 @@ def test_the_central_postinst_makes_the_events_token_the_services_read_once(
     # health checks the token the anomaly service sends, and both name the file the postinst makes
     assert f"--events-token-file={token}" in env_value(root / "etc/fleetsight/health.env", "FLEETSIGHT_ARGS")
     assert env_value(root / "etc/fleetsight/anomaly.env", "FLEETSIGHT_ANOMALY_HEALTH_TOKEN_FILE") == token
+    # the checks service checks the results token the nodes' light checks send (a copy of it)
+    checks_args = env_value(root / "etc/fleetsight/checks.env", "FLEETSIGHT_ARGS")
+    assert "--results-token-file=/etc/fleetsight/checks-results-token" in checks_args
+    light_token = env_value(root / "etc/fleetsight/checks-light.env", "FLEETSIGHT_CHECKS_TOKEN_FILE")
+    assert light_token == "/etc/fleetsight/checks-results-token"
     script = control_file(debs["fleetsight-central"], "postinst", tmp_path)
     assert f"TOKEN={token}" in script
     # the installed script, run as dpkg would (configure) with the path and group moved to this test
     target = tmp_path / "health-events-token"
     group = grp.getgrgid(os.getgid()).gr_name
     runnable = script.replace(f"TOKEN={token}", f"TOKEN={target}")
+    # the checks service's results token (issue 36), made the same way
+    results = "/etc/fleetsight/checks-results-token"
+    assert f"RESULTS_TOKEN={results}" in script
+    results_target = tmp_path / "checks-results-token"
+    runnable = runnable.replace(f"RESULTS_TOKEN={results}", f"RESULTS_TOKEN={results_target}")
     runnable = runnable.replace("chgrp fleetsight", f"chgrp {group}")
     # only the package's own part: the debhelper snippets (deb-systemd-helper) act on this host's systemd
     runnable = runnable.split("# Automatically added by")[0].split("#DEBHELPER#")[0]
@@ -402,6 +412,8 @@ def test_the_central_postinst_makes_the_events_token_the_services_read_once(
     made = target.read_text()
     assert len(made) == 64 and int(made, 16) >= 0
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert len(results_target.read_text()) == 64 and results_target.read_text() != made
+    assert stat.S_IMODE(results_target.stat().st_mode) == 0o640
     target.write_text("the operator's own\n")
     subprocess.run(["sh", "-e", "-c", runnable, "postinst", "configure"], check=True, timeout=30)
     assert target.read_text() == "the operator's own\n"

@@ -6,6 +6,7 @@ calls for pass on it (the twin's dcgmi stand-in answers, twin/checks.py), and st
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -59,16 +60,24 @@ def world(slurm: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     policy.write_text(yaml.safe_dump({"after": {"GPUXidUncorrectable": ["dcgm_diag_r4"]}, "default": []}))
     port = free_port()
     command = [*FLEETSIGHT, "checks", "serve", "--listen", f"127.0.0.1:{port}", "--state-dir", str(folder)]
+    # The jobs post with the token of a file on the nodes (only its path goes through Slurm).
+    token_file = folder / "checks-token"
+    token_file.write_text("slurm-test-results-token-a71e\n")
+    service_env = {**os.environ, "FLEETSIGHT_CHECKS_TOKENS": "slurm-test-results-token-a71e=results"}
     process = Process(
-        "checks", [*command, "--policy", str(policy), "--cluster", "test"], folder / "checks.log"
+        "checks",
+        [*command, "--policy", str(policy), "--cluster", "test"],
+        folder / "checks.log",
+        service_env,
     )
     url = f"http://127.0.0.1:{port}"
     with stopping(process):
         process.wait_ready(f"{url}/-/ready")
         env = {**slurm.env, "PYTHONPATH": str(REPO)}  # the jobs import twin.checks from this checkout
         runner = SlurmChecks(
-            load_catalog(), url, FLEETSIGHT, tools, folder, env=env, leaf_map=LEAVES, budget=3
-        )
+            load_catalog(), url, FLEETSIGHT, tools, folder, env=env, leaf_map=LEAVES, budget=3,
+            token_file=str(token_file),
+        )  # fmt: skip
         yield {"url": url, "faults": faults, "runner": runner, "folder": folder}
 
 
@@ -137,7 +146,7 @@ def test_budget_holds_across_passes(slurm: LocalSlurm, world: dict[str, Any]) ->
     runner: SlurmChecks = world["runner"]
     wait_until(lambda: no_check_jobs(slurm), timeout=30, what="an empty queue")
     tight = SlurmChecks(runner.catalog, runner.checks_url, FLEETSIGHT, runner.tools_file, runner.output_dir,
-                        env=runner.env, leaf_map={}, budget=1)  # fmt: skip
+                        env=runner.env, leaf_map={}, budget=1, token_file=runner.token_file)  # fmt: skip
     wanted = [Unit("dcgm_diag_r4", (n,)) for n in NODES]
     decision = tight.cycle(wanted)
     assert len(decision.start) == 1

@@ -6,6 +6,7 @@ webhook's token; and the sweep repairing (and counting) what no event told it.""
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,14 @@ import pytest
 import yaml
 from health_helpers import DRAIN_TOKEN, REPO, fast_policy, node_state, post_alert, start_health, wait_state
 
-from support import alertmanager_server, free_port, prometheus_server, stopping, wait_until
+from support import (
+    alertmanager_server,
+    free_port,
+    prometheus_process,
+    prometheus_server,
+    stopping,
+    wait_until,
+)
 
 NODES = [f"ev{i:02d}" for i in range(1, 9)]
 EVENTS_TOKEN = "test-events-token-77b1"
@@ -199,3 +207,42 @@ def test_the_sweep_takes_from_prometheus_an_alert_the_alertmanager_lost(
             assert any("unknown to Alertmanager" in str(r) for r in reasons), reasons
             assert metric(health, "fleetsight_health_reconcile_repairs_total", '{kind="added"}') >= 1
             assert node_state(health, "ls02")["state"] == "healthy"  # silenced in the Alertmanager
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_a_sweep_that_found_no_node_in_prometheus_is_soon_repeated(tmp_path: Path) -> None:
+    """Started beside its Prometheus (the evaluation stack, a whole site after a power cut), a sweep
+    that reads an `up` with no node yet learns no breaker unit: the sweep repeats at the refresh
+    interval until Prometheus knows the nodes, then waits its `reconcile` (10 min here)."""
+    policy = fast_policy()
+    policy["refresh"]["reconcile"] = "10m"
+    port = free_port()
+    prometheus = prometheus_process(tmp_path / "prom", port, {"global": {"scrape_interval": "1s"}})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: answers(f"{url}/-/ready"), timeout=60, what="Prometheus")
+        process, health = start_health(tmp_path / "health", policy, ["--prometheus-url", url])
+        with stopping(process):
+            sweeps = "fleetsight_health_reconcile_sweeps_total"
+            wait_until(lambda: metric(health, sweeps) >= 3, timeout=15, what="sweeps repeated while no node")
+            target = {"targets": ["127.0.0.1:9"], "labels": {"node": "pp01", "su": "su1"}}
+            config = {"global": {"scrape_interval": "1s"},
+                      "scrape_configs": [{"job_name": "node", "static_configs": [target]}]}  # fmt: skip
+            (tmp_path / "prom" / "prometheus.yml").write_text(yaml.safe_dump(config))
+            prometheus.send_signal(signal.SIGHUP)  # reload: the node appears in `up`
+            known = f"{health}/v1/nodes/pp01"
+            wait_until(lambda: httpx.get(known, timeout=5).status_code == 200, timeout=30, what="pp01")
+            found = metric(health, sweeps)
+            deadline = time.monotonic() + 3  # an invariant over a while: no further sweep for 10 min
+            while time.monotonic() < deadline:
+                assert metric(health, sweeps) <= found + 1
+                time.sleep(0.3)
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)

@@ -129,7 +129,13 @@ def test_the_local_stack_scrapes_the_checks_service(stack_env: StackEnv) -> None
         "summary": "test",
         "finished": finished,
     }
-    httpx.post(stack_env.url("checks", "/v1/results"), json=[result], timeout=10).raise_for_status()
+    # the token the stack wrote for the service (checks/component.py): a post needs scope `results`
+    token = (stack_env.run_dir / "config" / "checks" / "checks_token").read_text().strip()
+    assert httpx.post(stack_env.url("checks", "/v1/results"), json=[result], timeout=10).status_code == 401
+    bearer = {"Authorization": f"Bearer {token}"}
+    httpx.post(
+        stack_env.url("checks", "/v1/results"), json=[result], headers=bearer, timeout=10
+    ).raise_for_status()
     url = stack_env.url("prometheus", "/api/v1/query")
 
     def query(expr: str) -> list[dict[str, Any]]:
