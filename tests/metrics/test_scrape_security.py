@@ -17,7 +17,7 @@ PRODUCTION = yaml.safe_load((REPO_ROOT / "metrics" / "prometheus.yml").read_text
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 EXPORTER_JOBS = {"dcgm": "dcgm-exporter", "fleetsight-node": "fleetsight-node", "node": "node-exporter",
                  "fleetsight-fabric": "fleetsight-fabric"}  # fmt: skip
-SERVICE_JOBS = ("anomaly", "fleetsight-health", "fleetsight-chatbot")
+SERVICE_JOBS = ("anomaly", "fleetsight-health", "fleetsight-chatbot", "fleetsight-checks")
 
 
 def test_production_scrapes_every_exporter_over_tls_with_basic_auth() -> None:
