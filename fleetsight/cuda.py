@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 LIBRARY = "libcuda.so.1"
+# Another driver library than the dynamic linker's (CUDA's forward-compatibility package installs one at
+# /usr/local/cuda/compat/libcuda.so.1): a path or a soname.
+LIBRARY_ENV = "FLEETSIGHT_CUDA_LIBRARY"
 
 _size_t, _int, _uint, _ptr = ctypes.c_size_t, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p
 _dptr = ctypes.c_uint64  # CUdeviceptr: unsigned long long on 64-bit hosts
@@ -62,7 +65,8 @@ class CudaDriver:
     """``libcuda.so.1``, initialised (``cuInit``). One object may serve several threads: each makes its
     GPU's context current on itself (:meth:`primary_context`)."""
 
-    def __init__(self, library: str = LIBRARY) -> None:
+    def __init__(self, library: str | None = None) -> None:
+        library = library or os.environ.get(LIBRARY_ENV) or LIBRARY
         lib = load_library([library], f"{library}, the CUDA driver library the NVIDIA driver installs")
         for name, argtypes in SIGNATURES.items():
             try:
