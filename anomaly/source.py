@@ -68,6 +68,8 @@ JOB_LABELS = (
     *map(sanitize_label_name, DEFAULT_POD_LABEL_KEYS),
 )
 MODES = ("auto", "raw", "recorded")
+# Longer queries go as a POST form (the API takes both): a URL of some 8 KiB is refused by some proxies.
+LONG_QUERY = 4000
 # One GPU's (node, gpu, value) and one node's (node, value), whichever mode read them.
 GpuValues = list[tuple[str, str, str]]
 NodeValues = list[tuple[str, str]]
@@ -269,6 +271,8 @@ class PrometheusSource:
         if at is not None:
             params["time"] = f"{at:.3f}"
         try:
+            if len(promql) > LONG_QUERY:  # a flag's evidence names every node of its job
+                return self.client.post(f"{self.url}/api/v1/query", data=params)
             return self.client.get(f"{self.url}/api/v1/query", params=params)
         except httpx.HTTPError as exc:
             raise SourceError(f"{self.url}: {type(exc).__name__}: {exc}") from exc

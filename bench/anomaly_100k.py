@@ -58,6 +58,7 @@ sys.path.insert(0, str(REPO))
 
 from anomaly.service import AnomalyService, ServiceConfig  # noqa: E402
 from anomaly.source import PrometheusSource, Queries  # noqa: E402
+from fleetsight.components import http_ok  # noqa: E402
 
 THANOS = REPO / ".cache" / "bin" / "thanos"
 RULES = REPO / "rules" / "anomaly.yml"
@@ -238,7 +239,7 @@ class Stack:
         self.start(
             "load", [sys.executable, __file__, "--serve", str(self.nodes), "--port", str(self.load_port)]
         )
-        wait_for(lambda: self.ok(f"http://127.0.0.1:{self.load_port}/"), 900, "the load source")
+        wait_for(lambda: http_ok(f"http://127.0.0.1:{self.load_port}/"), 900, "the load source")
         targets = (self.nodes + PER_TARGET - 1) // PER_TARGET
         grpc = []
         for shard in range(2):
@@ -251,7 +252,7 @@ class Stack:
                 f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
                 "--web.enable-lifecycle", "--storage.tsdb.min-block-duration=2h",
                 "--storage.tsdb.max-block-duration=2h"])  # fmt: skip
-            wait_for(lambda p=port: self.ok(f"http://127.0.0.1:{p}/-/ready"), 120, "Prometheus")
+            wait_for(lambda p=port: http_ok(f"http://127.0.0.1:{p}/-/ready"), 120, "Prometheus")
             self.start(f"sidecar-{shard}", [
                 str(THANOS), "sidecar", f"--tsdb.path={data}", f"--prometheus.url=http://127.0.0.1:{port}",
                 f"--grpc-address=127.0.0.1:{side_grpc}",
@@ -281,13 +282,6 @@ class Stack:
         for shard in range(2):
             self.write_config(shard, [k for k in range(self.targets) if k % 2 == shard], rules=True)
             httpx.post(f"http://127.0.0.1:{self.prom_ports[shard]}/-/reload", timeout=60).raise_for_status()
-
-    @staticmethod
-    def ok(url: str) -> bool:
-        try:
-            return httpx.get(url, timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def count(self, expr: str) -> int:
         try:

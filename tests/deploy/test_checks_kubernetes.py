@@ -122,11 +122,11 @@ def play_kubelet(cluster: Cluster, node: str) -> None:
     assert done.returncode in (0, 1), done.stdout + done.stderr  # 3: the result was not taken
 
 
-def test_jobs_only_on_idle_nodes_one_per_leaf_pinned_and_tolerating_the_taint(world: dict[str, Any]) -> None:
-    cluster: Cluster = world["cluster"]
-    runner: KubeChecks = world["runner"]
+def train_on_kc1_and_drain_kc3(cluster: Cluster, runner: KubeChecks, pod_name: str) -> None:
+    """A training pod on kc1 (busy: no intrusive check there) and kc3 cordoned with FleetSight's taint
+    (drained: its validation must tolerate it)."""
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "training-0", "namespace": NAMESPACE},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": NAMESPACE},
         "spec": {"nodeName": "kc1", "containers": [{"name": "train", "image": "trainer:1"}],
                  "tolerations": [{"operator": "Exists"}]},
     }  # fmt: skip
@@ -134,6 +134,12 @@ def test_jobs_only_on_idle_nodes_one_per_leaf_pinned_and_tolerating_the_taint(wo
     wait_until(lambda: "kc1" in runner.busy_nodes(), timeout=20, what="kc1 busy with the training pod")
     taint = {"key": TAINT_KEY, "value": "drained", "effect": "NoSchedule"}
     cluster.patch("/api/v1/nodes/kc3", {"spec": {"unschedulable": True, "taints": [taint]}})
+
+
+def test_jobs_only_on_idle_nodes_one_per_leaf_pinned_and_tolerating_the_taint(world: dict[str, Any]) -> None:
+    cluster: Cluster = world["cluster"]
+    runner: KubeChecks = world["runner"]
+    train_on_kc1_and_drain_kc3(cluster, runner, "training-0")
     wanted = [Unit("dcgm_diag_r2", (n,)) for n in NODES]
     decision = runner.cycle(wanted, NODES, results(world["url"]))
     assert [u.nodes for u in decision.start] == [("kc2",), ("kc3",)]
@@ -288,15 +294,7 @@ def test_a_pair_check_is_two_pinned_jobs_on_idle_nodes_holding_both_leaves_read_
     cluster: Cluster = world["cluster"]
     runner: KubeChecks = world["runner"]
     world["faults"].write_text(yaml.safe_dump({"kc3": [{"kind": "ib_port_down", "port": 3}]}))
-    pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "training-1", "namespace": NAMESPACE},
-        "spec": {"nodeName": "kc1", "containers": [{"name": "train", "image": "trainer:1"}],
-                 "tolerations": [{"operator": "Exists"}]},
-    }  # fmt: skip
-    cluster.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
-    wait_until(lambda: "kc1" in runner.busy_nodes(), timeout=20, what="kc1 busy with the training pod")
-    taint = {"key": TAINT_KEY, "value": "drained", "effect": "NoSchedule"}
-    cluster.patch("/api/v1/nodes/kc3", {"spec": {"unschedulable": True, "taints": [taint]}})
+    train_on_kc1_and_drain_kc3(cluster, runner, "training-1")
     pair, busy = Unit("ib_pair_bandwidth", ("kc2", "kc3")), Unit("ib_pair_bandwidth", ("kc1", "kc4"))
     single = Unit("dcgm_diag_r2", ("kc4",))
     decision = runner.cycle([single, busy, pair], NODES, results(world["url"]))

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from health_helpers import DRAIN_TOKEN, REPO, fast_policy, node_state, post_alert, start_health, wait_state
 
+from fleetsight.components import http_ok
 from support import (
     alertmanager_server,
     free_port,
@@ -209,13 +210,6 @@ def test_the_sweep_takes_from_prometheus_an_alert_the_alertmanager_lost(
             assert node_state(health, "ls02")["state"] == "healthy"  # silenced in the Alertmanager
 
 
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def test_a_sweep_that_found_no_node_in_prometheus_is_soon_repeated(tmp_path: Path) -> None:
     """Started beside its Prometheus (the evaluation stack, a whole site after a power cut), a sweep
     that reads an `up` with no node yet learns no breaker unit: the sweep repeats at the refresh
@@ -226,7 +220,7 @@ def test_a_sweep_that_found_no_node_in_prometheus_is_soon_repeated(tmp_path: Pat
     prometheus = prometheus_process(tmp_path / "prom", port, {"global": {"scrape_interval": "1s"}})
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: answers(f"{url}/-/ready"), timeout=60, what="Prometheus")
+        wait_until(lambda: http_ok(f"{url}/-/ready"), timeout=60, what="Prometheus")
         process, health = start_health(tmp_path / "health", policy, ["--prometheus-url", url])
         with stopping(process):
             sweeps = "fleetsight_health_reconcile_sweeps_total"
