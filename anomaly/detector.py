@@ -307,14 +307,18 @@ class Detector:
         # The job's first windows: every node learns what it shows (capped at max_offset), so that
         # pipeline stages and silicon become the job's normal at once; only hardware flags meanwhile.
         warm = state.windows <= cfg.min_history
+        # Each GPU's score, max(0, z) where z is finite, as lists: one numpy call per job, not per GPU.
+        scored, score = np.isfinite(z).tolist(), (np.maximum(z, 0.0) + 0.0).tolist()
         for pos, node_index in enumerate(candidate.window_nodes):
             name = window.nodes[node_index]
             node_state = state.node_state[name]
             gpu = int(np.argmax(z_clean[pos]))
             node_z = float(z_clean[pos, gpu])
-            for g in range(window.gpus):
-                if math.isfinite(z[pos, g]):
-                    scores.append((candidate.job, name, g, max(0.0, float(z[pos, g]))))
+            scores.extend(
+                (candidate.job, name, g, value)
+                for g, (finite, value) in enumerate(zip(scored[pos], score[pos], strict=True))
+                if finite
+            )
             threshold = cfg.z_threshold / 2 if node_state.flag is not None else cfg.z_threshold
             slow_hit = bool(slow[pos].any())
             node_state.slow_run = node_state.slow_run + 1 if slow_hit else 0

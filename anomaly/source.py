@@ -21,10 +21,13 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import httpx
+import numpy as np
 
 from fleetsight.dcgm import names_of
 from fleetsight.promql import any_of
@@ -70,20 +73,44 @@ JOB_LABELS = (
 MODES = ("auto", "raw", "recorded")
 # Longer queries go as a POST form (the API takes both): a URL of some 8 KiB is refused by some proxies.
 LONG_QUERY = 4000
-# One GPU's (node, gpu, value) and one node's (node, value), whichever mode read them.
-GpuValues = list[tuple[str, str, str]]
-NodeValues = list[tuple[str, str]]
 # A recorded field is ~100,000 samples labelled only gpu and node at 100,000 GPUs: decoded as JSON into
-# dicts it costs the service ~0.4 CPU-s per field, read straight off the bytes ~0.05. Prometheus and
-# Thanos write a vector's labels sorted, without spaces; any answer whose samples do not all match
-# (counted against its "metric" keys) is decoded as JSON instead.
+# dicts it costs the service ~0.4 CPU-s per field, read straight off the bytes into columns (Vector)
+# ~0.05. Prometheus and Thanos write a vector's labels sorted, without spaces; any answer whose samples
+# do not all match (counted against its "metric" keys) is decoded as JSON instead.
 _SUCCESS = b'{"status":"success","data":{"resultType":"vector","result":['
-_GPU_SAMPLE = re.compile(rb'\{"metric":\{"gpu":"(\d+)","node":"([^"\\]*)"\},"value":\[[^\],]*,"([^"]*)"\]\}')
-_NODE_SAMPLE = re.compile(rb'\{"metric":\{"node":"([^"\\]*)"\},"value":\[[^\],]*,"([^"]*)"\]\}')
+_GPU_SAMPLE = re.compile(rb'\{"metric":\{"gpu":"(\d+)","node":"([^"\\]+)"\},"value":\[[^\],]*,"([^"]*)"\]\}')
+_NODE_SAMPLE = re.compile(rb'\{"metric":\{"node":"([^"\\]+)"\},"value":\[[^\],]*,"([^"]*)"\]\}')
 
 
 class SourceError(RuntimeError):
     """The source did not answer, or answered something that is not a PromQL result."""
+
+
+@dataclass(frozen=True)
+class Vector:
+    """One answer as columns, whichever mode read it: each sample's node, its GPU (-1 in a per-node
+    answer) and its value (NaN where the text is not a number)."""
+
+    nodes: list[str]
+    gpus: np.ndarray  # int64
+    values: np.ndarray  # float64
+
+    @classmethod
+    def of(cls, nodes: list[str], gpus: Sequence[str | bytes] | None, texts: Sequence[str | bytes]) -> Vector:
+        try:  # float() takes the bytes as they are, "NaN" and "+Inf" included
+            values = np.fromiter(map(float, texts), dtype=np.float64, count=len(texts))
+        except ValueError:  # a sample that is not a number: that one NaN, the others kept
+            values = np.array([_float(text) for text in texts], dtype=np.float64)
+        if gpus is None:
+            return cls(nodes, np.full(len(nodes), -1, dtype=np.int64), values)
+        return cls(nodes, np.fromiter(map(int, gpus), dtype=np.int64, count=len(gpus)), values)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+# The per-GPU and per-node answers share the type; the names say which a function expects.
+GpuValues = NodeValues = Vector
 
 
 @dataclass(frozen=True)
@@ -253,7 +280,9 @@ class PrometheusSource:
         self.mode = mode  # auto: recorded where the rules answer, else raw; raw/recorded: forced (benches)
         self.mode_now: str | None = None  # what the last read used
         self.slurm_url = slurm_url
-        self.client = httpx.Client(timeout=timeout)
+        # Uncompressed answers: at 100,000 GPUs a cycle reads ~25 MB, which Thanos Query would gzip and this
+        # service un-gzip every 30 s (CPU on both sides) to spare a network inside the cluster.
+        self.client = httpx.Client(timeout=timeout, headers={"Accept-Encoding": "identity"})
         self.slurm = slurm_client(slurm_url, timeout, slurm_socket) if slurm_url else None
         self.slurm_up: bool | None = None
         self.slurm_error = ""
@@ -285,9 +314,9 @@ class PrometheusSource:
         if response.status_code == 200 and body.startswith(_SUCCESS):
             found = (_GPU_SAMPLE if per_gpu else _NODE_SAMPLE).findall(body)
             if len(found) == body.count(b'"metric":'):
-                if per_gpu:
-                    return [(node.decode(), gpu.decode(), value.decode()) for gpu, node, value in found]
-                return [(node.decode(), value.decode()) for node, value in found]
+                columns = list(zip(*found, strict=True)) if found else [(), (), ()][: 3 if per_gpu else 2]
+                nodes = _decoded(columns[1] if per_gpu else columns[0])
+                return Vector.of(nodes, columns[0] if per_gpu else None, columns[-1])
         samples = self._decode(response)
         return gpu_values(samples) if per_gpu else node_values(samples)
 
@@ -352,7 +381,7 @@ class PrometheusSource:
         series without a `node` label, which the rules aggregate on): the raw reductions then."""
         reads = self.queries.recorded_reads()
         tensor = self.query_values(reads.pop("tensor"), end, per_gpu=True)
-        if not any(node for node, _, _ in tensor):
+        if not any(tensor.nodes):
             return None
         job_labels = self.query(reads.pop("job_labels"), end)
         node_keys = set(self.queries.node_fields())
@@ -410,23 +439,26 @@ def build_window(
 
 
 def gpu_values(samples: list[dict[str, Any]]) -> GpuValues:
-    """(node, gpu, value) of the samples that name a node (``node``, else ``Hostname``) and a GPU."""
-    out = []
+    """The samples that name a node (``node``, else ``Hostname``) and a GPU, as columns."""
+    nodes, gpus, texts = [], [], []
     for sample in samples:
         labels = sample.get("metric", {})
         node, gpu = _node(labels), str(labels.get("gpu", ""))
         if node is not None and gpu.isdigit():
-            out.append((node, gpu, _text(sample)))
-    return out
+            nodes.append(node)
+            gpus.append(gpu)
+            texts.append(_text(sample))
+    return Vector.of(nodes, gpus, texts)
 
 
 def node_values(samples: list[dict[str, Any]]) -> NodeValues:
-    out = []
+    nodes, texts = [], []
     for sample in samples:
         node = _node(sample.get("metric", {}))
         if node is not None:
-            out.append((node, _text(sample)))
-    return out
+            nodes.append(node)
+            texts.append(_text(sample))
+    return Vector.of(nodes, None, texts)
 
 
 def label_samples(gpu_results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -446,10 +478,11 @@ def window_from_values(
     """The window of either mode: the nodes and GPUs are those with a tensor or power value; jobs,
     models and clusters come from ``labelled`` (the raw tensor and power series, or the recorded job
     labels, one series per node and job), on those nodes only."""
-    present = gpu_fields.get("tensor", []) + gpu_fields.get("power", [])
-    names = sorted({node for node, _, _ in present})
+    present = [gpu_fields[key] for key in ("tensor", "power") if key in gpu_fields]
+    names = sorted(set().union(*(vector.nodes for vector in present)))
     index = {name: i for i, name in enumerate(names)}
-    window = Window.empty(end, names, max((int(gpu) + 1 for _, gpu, _ in present), default=1))
+    highest = max((int(vector.gpus.max()) for vector in present if len(vector)), default=0)
+    window = Window.empty(end, names, highest + 1)
     for key, values in gpu_fields.items():
         _fill_gpu_field(getattr(window, key), index, values, window.gpus)
     for key, values in node_fields.items():
@@ -479,22 +512,39 @@ def window_from_values(
     return window
 
 
-def _fill_gpu_field(array: Any, index: dict[str, int], values: GpuValues, gpus: int) -> None:
-    for node, gpu, text in values:
-        row, column = index.get(node), int(gpu)
-        if row is None or column >= gpus:
-            continue
-        value = _float(text)
-        if math.isfinite(value):
-            array[row, column] = value
+def _rows(index: dict[str, int], nodes: Iterable[str], count: int) -> np.ndarray:
+    """Each node's row in the window, -1 where the window has none (one C loop, no Python per sample)."""
+    return np.fromiter(map(index.get, nodes, repeat(-1)), dtype=np.int64, count=count)
 
 
-def _fill_node_field(array: Any, index: dict[str, int], values: NodeValues) -> None:
-    for node, text in values:
-        row = index.get(node)
-        if row is not None:
-            value = _float(text)
-            array[row] = value if math.isfinite(value) else 0.0
+def _last_of_each(cells: np.ndarray) -> np.ndarray:
+    """The positions that hold each cell's last sample: a cell named twice keeps its last value, as
+    filling the samples in order would."""
+    _, first_from_end = np.unique(cells[::-1], return_index=True)
+    return np.sort(len(cells) - 1 - first_from_end)
+
+
+def _fill_gpu_field(array: np.ndarray, index: dict[str, int], values: GpuValues, gpus: int) -> None:
+    """The finite values of GPUs the window has; the others stay as they are (NaN, or 0 for shares)."""
+    rows = _rows(index, values.nodes, len(values))
+    keep = (rows >= 0) & (values.gpus >= 0) & (values.gpus < gpus) & np.isfinite(values.values)
+    rows, columns, numbers = rows[keep], values.gpus[keep], values.values[keep]
+    last = _last_of_each(rows * gpus + columns)
+    array[rows[last], columns[last]] = numbers[last]
+
+
+def _fill_node_field(array: np.ndarray, index: dict[str, int], values: NodeValues) -> None:
+    """Per-node counters: a value that is not finite counts as 0."""
+    rows = _rows(index, values.nodes, len(values))
+    keep = rows >= 0
+    rows, numbers = rows[keep], values.values[keep]
+    last = _last_of_each(rows)
+    array[rows[last]] = np.where(np.isfinite(numbers[last]), numbers[last], 0.0)
+
+
+def _decoded(names: Sequence[bytes]) -> list[str]:
+    """UTF-8 node names, decoded in one call (a NUL cannot be in a JSON string unescaped)."""
+    return b"\0".join(names).decode().split("\0") if names else []
 
 
 def _text(sample: dict[str, Any]) -> str:
@@ -504,7 +554,7 @@ def _text(sample: dict[str, Any]) -> str:
         return "NaN"
 
 
-def _float(text: str) -> float:
+def _float(text: str | bytes) -> float:
     try:
         return float(text)
     except ValueError:
