@@ -298,6 +298,8 @@ def test_thanos_query_dedups_on_replica_and_reaches_every_store_api(
         for name in ("thanos-sidecar-a", "thanos-sidecar-b", "thanos-store")
     }
     assert set(flag_values(command, "endpoint")) == store_apis
+    # The straggler cycle's reads at 100,000 GPUs (docs/scaling.md): Go's collector at a quarter pace.
+    assert services["thanos-query"]["environment"]["GOGC"] == "400"
 
 
 def test_thanos_compactor_keeps_the_retention_classes(services: dict[str, dict[str, Any]]) -> None:
