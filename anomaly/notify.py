@@ -17,10 +17,11 @@ import os
 import queue
 import threading
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import httpx
+
+from fleetsight.secrets import SecretFileError, read_secret_file
 
 from .state import Event
 
@@ -66,8 +67,8 @@ class HealthNotifier:
             return None
         token_file = environ.get(TOKEN_FILE_ENV)
         try:
-            token = Path(token_file).read_text().strip() if token_file else None
-        except OSError as exc:  # no push then: the health service's sweep still reads the flags
+            token = read_secret_file(token_file, TOKEN_FILE_ENV) if token_file else None
+        except SecretFileError as exc:  # no push then: the health service's sweep still reads the flags
             log.warning(
                 json.dumps({"event": "health_notify_off", "token_file": token_file, "error": str(exc)})
             )

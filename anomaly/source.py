@@ -316,9 +316,11 @@ class PrometheusSource:
         if response.status_code == 200 and body.startswith(_SUCCESS):
             found = (_GPU_SAMPLE if per_gpu else _NODE_SAMPLE).findall(body)
             if len(found) == body.count(b'"metric":'):
-                columns = list(zip(*found, strict=True)) if found else [(), (), ()][: 3 if per_gpu else 2]
-                nodes = _decoded(columns[1] if per_gpu else columns[0])
-                return Vector.of(nodes, columns[0] if per_gpu else None, columns[-1])
+                if per_gpu:
+                    gpus, nodes, texts = zip(*found, strict=True) if found else ((), (), ())
+                    return Vector.of(_decoded(nodes), gpus, texts)
+                nodes, texts = zip(*found, strict=True) if found else ((), ())
+                return Vector.of(_decoded(nodes), None, texts)
         samples = self._decode(response)
         return gpu_values(samples) if per_gpu else node_values(samples)
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from fleetsight.secrets import SecretFileError, read_secret_file
 from fleetsight.settings import REPO_ROOT
 
 from .answer import ChatConfig
@@ -32,12 +33,9 @@ def logs_login(environ: Mapping[str, str] = os.environ) -> tuple[str, str] | Non
     if not path:
         raise ConfigError(f"{LOGS_USER_ENV} is set: {LOGS_PASSWORD_FILE_ENV} must name its password file")
     try:
-        password = Path(path).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"{LOGS_PASSWORD_FILE_ENV} {path}: cannot read: {exc.strerror}") from None
-    if not password:
-        raise ConfigError(f"{LOGS_PASSWORD_FILE_ENV} {path} is empty")
-    return user, password
+        return user, read_secret_file(path, LOGS_PASSWORD_FILE_ENV)
+    except SecretFileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def logs_ca_file(environ: Mapping[str, str] = os.environ) -> str | None:

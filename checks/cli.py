@@ -14,6 +14,7 @@ import click
 import httpx
 
 from fleetsight.logs import setup_logging
+from fleetsight.secrets import SecretFileError, read_secret_file
 from fleetsight.webconfig import uvicorn_tls, web_config_option
 
 from . import runner
@@ -254,13 +255,9 @@ def serve_command(
         raise click.ClickException(str(exc)) from None
     if results_token_file is not None:
         try:
-            token = results_token_file.read_text().strip()
-        except OSError as exc:
-            raise click.ClickException(
-                f"--results-token-file {results_token_file}: cannot read: {exc.strerror}"
-            ) from None
-        if not token:
-            raise click.ClickException(f"--results-token-file {results_token_file}: empty")
+            token = read_secret_file(results_token_file, "--results-token-file")
+        except SecretFileError as exc:
+            raise click.ClickException(str(exc)) from None
         tokens[token] = tokens.get(token, frozenset()) | {RESULTS}
     if open_writes:
         log.warning(

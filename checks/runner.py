@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import yaml
 
+from fleetsight.secrets import read_secret_file
+
 from . import parsers
 from .catalog import Check
 
@@ -236,13 +238,7 @@ def client_token(environ: Mapping[str, str] = os.environ) -> str | None:
     the node). ValueError if that file cannot be read or is empty; None when neither is set."""
     path = environ.get(TOKEN_FILE_ENV)
     if path:
-        try:
-            token = Path(path).read_text().strip()
-        except OSError as exc:
-            raise ValueError(f"{TOKEN_FILE_ENV} {path}: cannot read: {exc.strerror}") from None
-        if not token:
-            raise ValueError(f"{TOKEN_FILE_ENV} {path}: empty")
-        return token.splitlines()[0].strip()
+        return read_secret_file(path, TOKEN_FILE_ENV).splitlines()[0].strip()
     return environ.get(TOKEN_ENV, "").strip() or None
 
 

@@ -17,6 +17,7 @@ import click
 import httpx
 
 from fleetsight.logs import setup_logging
+from fleetsight.secrets import read_secret_file
 from fleetsight.settings import Settings
 from fleetsight.webconfig import uvicorn_tls, web_config_option
 
@@ -208,7 +209,10 @@ def serve(
     if leader_election_namespace or leader_election_name:
         lease = LeaseOptions(leader_election_namespace, leader_election_name, leader_election_identity)
         elect(service, lease, leader_election_url or f"http://{os.environ.get('POD_IP', host)}:{port}")
-        service.peer_token = events_token_file.read_text().strip() if events_token_file else None
+        # load_tokens read it already: a file that cannot serve has stopped the start-up there.
+        service.peer_token = (
+            read_secret_file(events_token_file, "--events-token-file") if events_token_file else None
+        )
     service.start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     logging.getLogger("health").info(

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field
 
 from fleetsight import auth
+from fleetsight.secrets import SecretFileError, read_secret_file
 
 from .discovery import DEFAULT_PORTS
 from .discovery import add_routes as add_discovery_routes
@@ -65,13 +66,9 @@ def load_tokens(
         raise PolicyError(str(exc)) from None
     if events_token_file is not None:
         try:
-            token = events_token_file.read_text().strip()
-        except OSError as exc:
-            raise PolicyError(
-                f"--events-token-file {events_token_file}: cannot read: {exc.strerror}"
-            ) from None
-        if not token:
-            raise PolicyError(f"--events-token-file {events_token_file}: empty")
+            token = read_secret_file(events_token_file, "--events-token-file")
+        except SecretFileError as exc:
+            raise PolicyError(str(exc)) from None
         tokens[token] = tokens.get(token, frozenset()) | {"events"}
     return tokens
 
