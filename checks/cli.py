@@ -90,7 +90,10 @@ def run_command(
 ) -> None:
     """Run checks on this node and print one JSON result per line.
 
-    Exit 1 if a check failed, 3 if the results could not be posted (the result is still printed). The
+    Each result has an outcome: passed, failed, or unknown (the check could not observe: tool missing,
+    timeout, exporter unreachable, TLS or credentials wrong, fields not published; `reason` says which).
+    An unknown never counts against the node. Exit 0 if every check passed, 1 if a check failed, 4 if
+    none failed but one was unknown, 3 if the results could not be posted (they are still printed). The
     post carries the bearer token (scope `results`) of FLEETSIGHT_CHECKS_TOKEN or of the file
     FLEETSIGHT_CHECKS_TOKEN_FILE names.
 
@@ -130,7 +133,7 @@ def _run_once(chosen: list[Any], node: str, tools: runner.Tools, report: str | N
     results = [runner.run_check(check, node, tools) for check in chosen]
     click.echo(runner.dumps(results))
     _report(report, results)
-    return 0 if all(r["passed"] for r in results) else 1
+    return runner.exit_code(results)
 
 
 def _report(report: str | None, results: list[dict[str, Any]]) -> None:
@@ -183,7 +186,7 @@ def pair_command(**options: Any) -> None:
     results = runner.run_pair_client(check, client, server, tools, options["server_address"])
     click.echo(runner.dumps(results))
     _report(options["report"], results)
-    sys.exit(0 if all(r["passed"] for r in results) else 1)
+    sys.exit(runner.exit_code(results))
 
 
 @cli.command("serve")

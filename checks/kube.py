@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import yaml
 
+from . import runner
 from .catalog import Check
 from .plan import Decision, Unit, plan, with_partners
 from .runner import TOKEN_ENV
@@ -219,7 +220,7 @@ class KubeChecks:
         labels: dict[str, dict[str, str]] = {}
         for item in results:
             key = NODE_LABEL.format(name=item["check"].replace("_", "-"))
-            labels.setdefault(item["node"], {})[key] = "PASS" if item["passed"] else "ERR"
+            labels.setdefault(item["node"], {})[key] = runner.status_of(item)
         headers = {"Content-Type": "application/merge-patch+json"}
         for node, values in labels.items():
             self.api.request(

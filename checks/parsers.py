@@ -1,18 +1,28 @@
-"""What each check's tool printed, judged: a :class:`Verdict` (passed, one-line summary, evidence).
+"""What each check's tool printed, judged: a :class:`Verdict` (outcome, one-line summary, evidence).
 
-Every parser takes the tool's raw text. Output that is empty, truncated, not the tool's format, or
-holds a status word it does not know is a *failed* check whose summary says so, never an exception
-and never a pass: a check that cannot read its evidence has not shown the node healthy."""
+Three outcomes (issue 41, "blind is not broken"). *passed* and *failed* are what the tool measured: a
+test that says it failed, a bandwidth under its floor, a row remap pending. *unknown* is a check that
+could not observe the node, with its ``reason`` (BLIND_REASONS): every parser takes the tool's raw text,
+and output that is empty, truncated, not the tool's format, or holds a status word the parser does not
+know, and a ``dcgmi diag`` that says it could not run (its ``runtime_error``), are unknown
+("unreadable"), never a failure and never a pass. A check that cannot read its evidence has neither
+shown the node healthy nor shown it broken.
+
+No parser raises: each public one is wrapped so that an exception it did not expect (a shape of the
+document nobody foresaw) becomes an unknown whose summary names the exception's type, not a traceback
+in the runner. ``dcgm_diag`` is written to need no such rescue; ``parser.__wrapped__`` is the bare
+function, which the tests hold to that."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,90 +30,352 @@ from fleetsight.dcgm import names_of
 
 HEAD = 400  # characters of unreadable output kept as evidence
 
+OUTCOMES = ("passed", "failed", "unknown")
+# Why a check could not observe (an unknown's ``reason``): a small fixed set, so that it can be a label.
+BLIND_REASONS = (
+    "tool_missing",  # the command is not installed on the node (or not in the image)
+    "timeout",  # the tool or the page did not answer in time
+    "unreachable",  # connection refused, no route, DNS
+    "unauthorised",  # 401/403, a missing or unreadable credentials file
+    "tls",  # the certificate or the protocol does not match (an exporter's TLS set up differently)
+    "not_published",  # the page is there but the fields the check reads are not (counters file)
+    "unreadable",  # output that is not the tool's format, truncated, or words the parser does not know
+    "not_run",  # the check cannot run this way (a pair check asked for on one node)
+)
+
 
 @dataclass
 class Verdict:
-    passed: bool
+    """``outcome`` is passed, failed or unknown; an unknown (the check could not observe the node) says
+    why in ``reason`` (one of BLIND_REASONS) and never counts against the node."""
+
+    outcome: str
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
+        if (self.outcome == "unknown") != bool(self.reason):
+            raise ValueError("an unknown names its reason, and only an unknown has one")
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @classmethod
+    def judged(cls, passed: bool, summary: str, evidence: dict[str, Any] | None = None) -> Verdict:
+        """A verdict on what the tool saw: passed or failed."""
+        return cls("passed" if passed else "failed", summary, evidence or {})
+
+    @classmethod
+    def blind(cls, reason: str, summary: str, evidence: dict[str, Any] | None = None) -> Verdict:
+        if reason not in BLIND_REASONS:
+            raise ValueError(f"reason {reason!r} is not one of {', '.join(BLIND_REASONS)}")
+        return cls("unknown", summary, evidence or {}, reason)
 
 
 def unreadable(what: str, why: str, text: str) -> Verdict:
-    return Verdict(False, f"{what}: unreadable output ({why})", {"output_head": text[:HEAD]})
+    return Verdict.blind("unreadable", f"{what}: unreadable output ({why})", {"output_head": text[:HEAD]})
+
+
+# ---------------------------------------------------------------------------------- no traceback
+ParserT = TypeVar("ParserT", bound=Callable[..., Verdict])
+
+
+def never_raises(what: str) -> Callable[[ParserT], ParserT]:
+    """A parser that returns an unknown ("unreadable", the exception's type in the summary) where it
+    would have raised. The bare parser stays reachable as ``__wrapped__``."""
+
+    def wrap(parse: ParserT) -> ParserT:
+        @functools.wraps(parse)
+        def guarded(*args: Any, **kwargs: Any) -> Verdict:
+            try:
+                return parse(*args, **kwargs)
+            except Exception as exc:  # the whole point: whatever the output held, a verdict comes back
+                text = "\n".join(a for a in args if isinstance(a, str))
+                detail = " ".join(str(exc).split())[:200]
+                return Verdict.blind(
+                    "unreadable",
+                    f"{what}: unreadable output (the parser met {type(exc).__name__}: {detail})",
+                    {"output_head": text[:HEAD], "parser_error": type(exc).__name__},
+                )
+
+        return cast(ParserT, guarded)
+
+    return wrap
+
+
+def _text(value: Any, limit: int = 200) -> str:
+    """A JSON scalar as the words it stands for; anything else shortened, never an exception."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bool | int | float):
+        text = str(value)
+    else:
+        text = json.dumps(value, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------- dcgmi diag -j
-DIAG_ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")  # DCGM 4 (NvvsJsonStrings NVVS_NAME), DCGM 3
-PASSING = {"pass", "warn", "skip", "not run"}  # skip/not run: the test does not apply to this node
+# The document's root: DCGM 4 "DCGM Diagnostic", DCGM 3 "DCGM GPU Diagnostic" (NvvsJsonStrings.h
+# NVVS_NAME). `dcgmi diag -i N` wraps one document per run in {"iterations": [...], "Overall Result": ...}.
+DIAG_ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
+# Status words, read case-insensitively. dcgmi writes Pass, Skip and Fail in both majors, and writes a
+# warning as "Fail" (dcgmi/Diag.cpp HelperDisplayDiagResult); nvvs's own document says PASS, WARN, SKIP,
+# FAIL (nvvs/include/JsonResult.hpp); 4.5 added "Not Run", which dcgmi leaves out of its JSON. Skip and
+# not run: the test does not apply to this node, which is no evidence against it.
+PASSING = {"pass", "warn", "skip", "not run"}
+FAILING = {"fail"}
+SKIPPING = {"skip", "not run"}
+MAX_CANDIDATES = 64  # where a JSON object may start, tried at most
+
+
+def _is_diag(value: Any) -> bool:
+    return isinstance(value, dict) and (
+        any(isinstance(value.get(root), dict) for root in DIAG_ROOTS)
+        or isinstance(value.get("iterations"), list)
+    )
 
 
 def _json_document(text: str) -> dict[str, Any]:
-    """dcgmi may print a line ("Successfully ran diagnostic for group.") before the JSON."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
+    """The diag's JSON object in what dcgmi printed. Text may come before it ("Successfully ran
+    diagnostic for group.", a log line) or after it; a document cut short is told from one that is not
+    JSON at all only by the message."""
+    first = text.find("{")
+    if first < 0:
         raise ValueError("no JSON object")
-    data = json.loads(text[start : end + 1])
-    if not isinstance(data, dict):
-        raise ValueError("the JSON is not an object")
-    return data
+    decoder = json.JSONDecoder()
+    found: Any = None
+    error: Exception | None = None
+    try:
+        found, _ = decoder.raw_decode(text, first)
+    except (ValueError, RecursionError) as exc:
+        error = exc
+    if _is_diag(found):
+        return cast(dict[str, Any], found)
+    # a line before the document that holds a brace of its own: try where lines start with one
+    for tries, line in enumerate(re.finditer(r"^[ \t]*\{", text, re.MULTILINE)):
+        start = line.end() - 1
+        if tries >= MAX_CANDIDATES:
+            break
+        if start <= first:
+            continue
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        if _is_diag(value):
+            return cast(dict[str, Any], value)
+    if isinstance(found, dict):
+        return found
+    raise ValueError(f"truncated or not JSON: {_text(error)}")
 
 
-def _diag_findings(root: dict[str, Any]) -> tuple[int, list[dict[str, Any]], list[str]]:
-    """(tests seen, failures, unknown status words) over every category's tests."""
-    tests, failures, unknown = 0, [], []
-    for category in root.get("test_categories") or []:
-        for test in category.get("tests") or []:
-            tests += 1
-            statuses = [(r, str(r.get("status", ""))) for r in test.get("results") or []]
-            summary = str((test.get("test_summary") or {}).get("status", ""))
-            for word in [s for _, s in statuses] + ([summary] if summary else []):
-                if word.lower() not in PASSING | {"fail"}:
-                    unknown.append(f"{test.get('name')}: {word!r}")
-            for result, status in statuses:
-                if status.lower() == "fail":
-                    failures.append(_diag_failure(category, test, result))
-            if summary.lower() == "fail" and not any(s.lower() == "fail" for _, s in statuses):
-                failures.append({"category": category.get("category"), "test": test.get("name")})
-    return tests, failures, unknown
+def _entries(value: Any) -> tuple[list[dict[str, Any]], int]:
+    """The objects of a JSON list, and how many of its items were neither an object nor null. Nulls are
+    skipped: nvvs and dcgmi 3.x leave one where a test or a GPU did not run. One object where a list
+    was expected stands for itself."""
+    if value is None:
+        return [], 0
+    if isinstance(value, dict):
+        return [value], 0
+    if isinstance(value, list):
+        items = [v for v in value if isinstance(v, dict)]
+        return items, sum(1 for v in value if v is not None and not isinstance(v, dict))
+    return [], 1
 
 
-def _diag_failure(category: dict[str, Any], test: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    warnings = result.get("warnings") or []
+def _word(status: Any) -> str | None:
+    """passed, failed, skipped, or None for a word (or a value) the parser does not know."""
+    if not isinstance(status, str):
+        return None
+    word = " ".join(status.split()).lower()
+    if word in FAILING:
+        return "failed"
+    if word in SKIPPING:
+        return "skipped"
+    return "passed" if word in PASSING else None
+
+
+def _entity(result: dict[str, Any]) -> str:
+    """DCGM 4 names an entity (entity_group, entity_id); DCGM 3 a GPU (gpu_id in 3.3, gpu_ids before,
+    and in nvvs's own document, a number or a list like "0,1,2,3")."""
+    if "entity_id" in result or "entity_group" in result:
+        return (
+            f"{_text(result.get('entity_group'), 20) or 'GPU'} {_text(result.get('entity_id'), 40)}".strip()
+        )
+    for key in ("gpu_id", "gpu_ids"):
+        if key in result:
+            return f"GPU {_text(result[key], 40)}".strip()
+    return "node"
+
+
+def _warning_text(warning: Any) -> str:
+    if isinstance(warning, dict):  # DCGM 3.3's Deployment tests put the text under "warnings"
+        for key in ("warning", "warnings", "message"):
+            if isinstance(warning.get(key), str):
+                return _text(warning[key], 300)
+    return _text(warning, 300)
+
+
+def _error_id(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value if isinstance(value, int | float | str) and not isinstance(value, bool) else _text(value)
+
+
+def _diag_failure(category: str, test: str, result: dict[str, Any], entity: str | None) -> dict[str, Any]:
+    """What a failed result (or a failed test summary, ``entity`` None) says: DCGM 4 and 3.3 give a list
+    of warning objects, 3.0-3.2 one string."""
+    warnings = result.get("warnings")
+    listed = warnings if isinstance(warnings, list) else [] if warnings is None else [warnings]
     return {
-        "category": category.get("category"),
-        "test": test.get("name"),
-        "entity": f"{result.get('entity_group', 'GPU')} {result.get('entity_id', result.get('gpu_ids'))}",
-        "error_ids": [w.get("error_id") for w in warnings if isinstance(w, dict)],
-        "warnings": [str(w.get("warning", w)) if isinstance(w, dict) else str(w) for w in warnings][:5],
+        "category": category,
+        "test": test,
+        "entity": entity or "summary",
+        "error_ids": [
+            _error_id(w["error_id"]) for w in listed if isinstance(w, dict) and w.get("error_id") is not None
+        ],
+        "warnings": [_warning_text(w) for w in listed if w is not None][:5],
     }
 
 
+@dataclass
+class _Diag:
+    """What the documents of one `dcgmi diag` run said, over every iteration."""
+
+    tests: int = 0  # tests that gave at least one status word the parser knows
+    skipped: list[str] = field(default_factory=list)  # tests whose every word was skip
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    runtime_errors: list[str] = field(default_factory=list)
+
+    def read(self, root: dict[str, Any]) -> None:
+        if root.get("runtime_error"):
+            self.runtime_errors.append(_text(root["runtime_error"], 300))
+        categories, bad = _entries(root.get("test_categories"))
+        if bad:
+            self.unknown.append(f"test_categories: {bad} entries that are not objects")
+        for category in categories:
+            tests, bad = _entries(category.get("tests"))
+            if bad:
+                self.unknown.append(
+                    f"{_text(category.get('category'), 40)}: {bad} tests that are not objects"
+                )
+            for test in tests:
+                self._test(_text(category.get("category"), 60), test)
+
+    def _test(self, category: str, test: dict[str, Any]) -> None:
+        name = _text(test.get("name"), 80) or "?"
+        results, bad = _entries(test.get("results"))
+        if bad:
+            self.unknown.append(f"{name}: {bad} results that are not objects")
+        words: list[str] = []
+        failed = False
+        for result in results:
+            if "status" not in result:
+                self.unknown.append(f"{name}: a result without a status")
+                continue
+            word = _word(result["status"])
+            if word is None:
+                self.unknown.append(f"{name}: {_text(result['status'], 40)!r}")
+                continue
+            words.append(word)
+            if word == "failed":
+                failed = True
+                self.failures.append(_diag_failure(category, name, result, _entity(result)))
+        summary = test.get("test_summary")
+        if isinstance(summary, dict) and "status" in summary:
+            word = _word(summary["status"])
+            if word is None:
+                self.unknown.append(f"{name} summary: {_text(summary['status'], 40)!r}")
+            else:
+                words.append(word)
+                if word == "failed" and not failed:  # e.g. an error that belongs to no one entity
+                    self.failures.append(_diag_failure(category, name, summary, None))
+        elif summary is not None:
+            self.unknown.append(f"{name}: a test_summary without a status")
+        if words:
+            self.tests += 1
+            if all(w == "skipped" for w in words):
+                self.skipped.append(name)
+
+
+def _diag_version(data: dict[str, Any], root: dict[str, Any]) -> str | None:
+    """DCGM 4 in metadata, dcgmi 3.x at the top, nvvs and dcgmi's error document inside the root."""
+    meta = data.get("metadata")
+    for holder in (meta if isinstance(meta, dict) else {}, data, root):
+        version = holder.get("version")
+        if isinstance(version, str | int | float) and not isinstance(version, bool) and str(version):
+            return str(version)
+    return None
+
+
+def _diag_roots(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(documents, their roots): the document itself, or each iteration of `dcgmi diag -i N`."""
+    documents = _entries(data["iterations"])[0] if isinstance(data.get("iterations"), list) else [data]
+    pairs = [(d, next((d[r] for r in DIAG_ROOTS if isinstance(d.get(r), dict)), None)) for d in documents]
+    kept = [(d, r) for d, r in pairs if r is not None]
+    return [d for d, _ in kept], [r for _, r in kept]
+
+
+def _names(failures: list[dict[str, Any]], most: int = 4) -> str:
+    names = sorted({f"{f['test']} ({f['entity']})" for f in failures})
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+@never_raises("dcgmi diag")
 def dcgm_diag(text: str, params: dict[str, Any]) -> Verdict:
-    """`dcgmi diag -r N -j` (NVIDIA/DCGM testing/python3/dcgm_diag_schema.json)."""
+    """`dcgmi diag -r N -j`, DCGM 3.x and 4.x (tests/fixtures/dcgmi/PROVENANCE.md). A test's fail
+    (of any GPU, or of its summary) fails the check; pass, warn and skip pass it; a document that says
+    the diag could not run, is cut short, or holds a word this parser does not know, is unknown."""
     try:
         data = _json_document(text)
     except ValueError as exc:
-        return unreadable("dcgmi diag", f"truncated or not JSON: {exc}", text)
-    root_name = next((r for r in DIAG_ROOTS if isinstance(data.get(r), dict)), None)
-    if root_name is None:
-        return unreadable("dcgmi diag", f"no {DIAG_ROOTS[0]!r} object", text)
-    root = data[root_name]
-    meta = data.get("metadata") or {}
-    evidence: dict[str, Any] = {"dcgm_version": meta.get("version") or root.get("version")}
-    if root.get("runtime_error"):
-        evidence["runtime_error"] = root["runtime_error"]
-        return Verdict(False, f"dcgmi diag could not run: {root['runtime_error']}", evidence)
-    tests, failures, unknown = _diag_findings(root)
-    evidence.update(tests=tests, failures=failures)
-    if unknown:
-        evidence["unknown_status"] = unknown
-        return Verdict(False, f"dcgmi diag: status words not understood: {', '.join(unknown[:3])}", evidence)
-    if tests == 0:
-        return Verdict(False, "dcgmi diag: no test results in the output", evidence)
-    if failures:
-        names = sorted({f"{f['test']} ({f.get('entity', 'summary')})" for f in failures})
-        return Verdict(False, f"dcgmi diag failed: {', '.join(names[:4])}", evidence)
-    return Verdict(True, f"dcgmi diag: {tests} tests passed", evidence)
+        return unreadable("dcgmi diag", str(exc), text)
+    documents, roots = _diag_roots(data)
+    if not roots:
+        return unreadable("dcgmi diag", f"no {DIAG_ROOTS[0]!r} (nor {DIAG_ROOTS[1]!r}) object", text)
+    diag = _Diag()
+    for root in roots:
+        diag.read(root)
+    evidence: dict[str, Any] = {
+        "dcgm_version": _diag_version(documents[0], roots[0]),
+        "tests": diag.tests,
+        "failures": diag.failures,
+    }
+    if len(roots) > 1 or "iterations" in data:
+        evidence["iterations"] = len(roots)
+    overall = data.get("Overall Result")  # only with iterations: Pass, or Fail and dcgmi's error string
+    if diag.failures:
+        if diag.unknown:
+            evidence["unknown_status"] = diag.unknown[:20]
+        return Verdict.judged(False, f"dcgmi diag failed: {_names(diag.failures)}", evidence)
+    if diag.runtime_errors:
+        evidence["runtime_error"] = diag.runtime_errors[0]
+        return Verdict.blind("unreadable", f"dcgmi diag could not run: {diag.runtime_errors[0]}", evidence)
+    if diag.unknown:
+        evidence["unknown_status"] = diag.unknown[:20]
+        understood = ", ".join(diag.unknown[:3])
+        return Verdict.blind("unreadable", f"dcgmi diag: status words not understood: {understood}", evidence)
+    if overall is not None and _word(overall) != "passed":
+        evidence["overall_result"] = _text(overall, 40)
+        why = _text(data.get("warning") or data.get("Warning"), 200)
+        summary = f"dcgmi diag: Overall Result {_text(overall, 40)!r} but no test failed" + (
+            f" ({why})" if why else ""
+        )
+        return Verdict.blind("unreadable", summary, evidence)
+    if diag.tests == 0:
+        return Verdict.blind("unreadable", "dcgmi diag: no test results in the output", evidence)
+    evidence["skipped"] = diag.skipped
+    skipped = f", {len(diag.skipped)} of them skipped" if diag.skipped else ""
+    return Verdict.judged(True, f"dcgmi diag: {diag.tests} tests passed{skipped}", evidence)
 
 
 # ---------------------------------------------------------------------------------- ib_write_bw
@@ -113,14 +385,19 @@ BW_HEADER = re.compile(r"BW average\[(Gb/sec|MB/sec)\]")
 def ib_write_bw_gbits(text: str) -> float:
     """The average bandwidth of the largest message size, in Gb/s; ValueError when absent. perftest
     can print a warning line between the header and the figures ("Conflicting CPU frequency values
-    detected"): only rows of numbers count."""
+    detected"): only rows of numbers count, and only rows with every column of the header (#bytes,
+    #iterations, then one per bracketed unit), so that a row cut short is not read as a figure."""
     header = BW_HEADER.search(text)
     if header is None:
         raise ValueError("no 'BW average[...]' header")
+    line_start = text.rfind("\n", 0, header.start()) + 1
+    line_end = text.find("\n", header.end())
+    header_line = text[line_start : len(text) if line_end < 0 else line_end]
+    columns = max(4, header_line.count("#") + header_line.count("["))
     rows = []
     for line in text[header.end() :].splitlines():
         parts = line.split()
-        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
+        if len(parts) >= columns and parts[0].isdigit() and parts[1].isdigit():
             try:
                 rows.append(float(parts[3]))
             except ValueError:
@@ -131,6 +408,7 @@ def ib_write_bw_gbits(text: str) -> float:
     return value if header.group(1) == "Gb/sec" else value * 8 / 1000  # MB/sec: 10^6 bytes
 
 
+@never_raises("ib_write_bw")
 def ib_write_bw(text: str, params: dict[str, Any]) -> Verdict:
     try:
         gbits = ib_write_bw_gbits(text)
@@ -139,8 +417,8 @@ def ib_write_bw(text: str, params: dict[str, Any]) -> Verdict:
     limit = float(params.get("min_gbits", 0))
     evidence = {"gbits": round(gbits, 2), "min_gbits": limit}
     if gbits < limit:
-        return Verdict(False, f"ib_write_bw {gbits:.1f} Gb/s < {limit:.0f}", evidence)
-    return Verdict(True, f"ib_write_bw {gbits:.1f} Gb/s", evidence)
+        return Verdict.judged(False, f"ib_write_bw {gbits:.1f} Gb/s < {limit:.0f}", evidence)
+    return Verdict.judged(True, f"ib_write_bw {gbits:.1f} Gb/s", evidence)
 
 
 # ---------------------------------------------------------------------------------- FleetSight's probe
@@ -155,7 +433,10 @@ def _probe_fields(line: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line[len(PROBE_PREFIX) :].split() if "=" in item)
 
 
+@never_raises("probe")
 def probe_lines(text: str, params: dict[str, Any]) -> Verdict:
+    """The probe's lines (checks/gpu_probe.py). No closing line (killed, truncated), a count that does
+    not match it, or a figure that is not a finite number: unknown. A GPU under the floor: failed."""
     metric, expected = str(params["metric"]), float(params["expected"])
     floor = expected * float(params["min_ratio"])
     lines = [line.strip() for line in text.splitlines() if line.strip().startswith(PROBE_PREFIX)]
@@ -167,19 +448,24 @@ def probe_lines(text: str, params: dict[str, Any]) -> Verdict:
         fields = _probe_fields(line)
         if "gpu" in fields and metric in fields:
             try:
-                values[fields["gpu"]] = float(fields[metric])
+                value = float(fields[metric])
             except ValueError:
+                value = math.nan
+            if not math.isfinite(value):
                 return unreadable("probe", f"{metric}={fields[metric]!r} is not a number", text)
+            values[fields["gpu"]] = value
     wanted = _probe_fields(done[-1]).get("gpus", "")
-    if not values or (wanted.isdigit() and len(values) != int(wanted)):
-        return unreadable("probe", f"{len(values)} GPU results, the probe said {wanted or '?'}", text)
+    if not wanted.isdigit():
+        return unreadable("probe", f"the closing line names no GPU count ({done[-1]!r})", text)
+    if not values or len(values) != int(wanted):
+        return unreadable("probe", f"{len(values)} GPU results, the probe said {wanted}", text)
     slow = {gpu: v for gpu, v in values.items() if v < floor}
     evidence = {"metric": metric, "values": values, "expected": expected, "floor": floor}
     if slow:
         evidence["below_floor"] = slow
         worst = min(slow, key=slow.__getitem__)
-        return Verdict(False, f"GPU {worst} {metric} {slow[worst]:.4g} < {floor:.4g}", evidence)
-    return Verdict(True, f"{len(values)} GPUs >= {floor:.4g} {metric}", evidence)
+        return Verdict.judged(False, f"GPU {worst} {metric} {slow[worst]:.4g} < {floor:.4g}", evidence)
+    return Verdict.judged(True, f"{len(values)} GPUs >= {floor:.4g} {metric}", evidence)
 
 
 # ---------------------------------------------------------------------------------- metric pages
@@ -192,62 +478,87 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
         raise ValueError(f"not a Prometheus text page: {exc}") from exc
 
 
+def _page(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """A page a check can read: an empty answer is no page (unreadable), not a page without the fields."""
+    if not text.strip():
+        raise ValueError("empty page")
+    return samples(text)
+
+
 def _by_gpu(page: list[tuple[str, dict[str, str], float]], field_name: str) -> dict[str, float]:
+    """The field's value per GPU; under either name of one field the larger counts, and a number over a
+    NaN (a NaN stays only where it is all there is)."""
     names = set(names_of(field_name))
     values: dict[str, float] = {}
     for name, labels, value in page:
-        if name in names:  # either name of one field: the larger counts
+        if name in names:
             gpu = labels.get("gpu", "?")
-            values[gpu] = max(value, values.get(gpu, value))
+            old = values.get(gpu)
+            if old is None or (math.isfinite(value) and (not math.isfinite(old) or value > old)):
+                values[gpu] = value
     return values
 
 
+def _not_numbers(*fields: dict[str, float]) -> list[str]:
+    return sorted({gpu for values in fields for gpu, v in values.items() if not math.isfinite(v)})
+
+
+@never_raises("dcgm-exporter")
 def row_remap(text: str, params: dict[str, Any]) -> Verdict:
     try:
-        page = samples(text)
+        page = _page(text)
     except ValueError as exc:
         return unreadable("dcgm-exporter", str(exc), text)
     pending = _by_gpu(page, "DCGM_FI_DEV_ROW_REMAP_PENDING")
     failed = _by_gpu(page, "DCGM_FI_DEV_ROW_REMAP_FAILURE")
     rows = _by_gpu(page, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")
     if not pending and not failed:
-        return Verdict(False, "row remap fields are not published (counters file?)", {})
+        return Verdict.blind("not_published", "row remap fields are not published (counters file?)")
     evidence = {"pending": pending, "failed": failed, "uncorrectable_remapped_rows": rows}
     bad = sorted({g for g, v in pending.items() if v > 0} | {g for g, v in failed.items() if v > 0})
     if bad:
-        return Verdict(False, f"row remap pending or failed on GPU {', '.join(bad)}", evidence)
-    return Verdict(True, f"no pending or failed row remaps on {len(pending or failed)} GPUs", evidence)
+        return Verdict.judged(False, f"row remap pending or failed on GPU {', '.join(bad)}", evidence)
+    if nan := _not_numbers(pending, failed):
+        return unreadable("dcgm-exporter", f"row remap value not a number on GPU {', '.join(nan)}", text)
+    return Verdict.judged(True, f"no pending or failed row remaps on {len(pending or failed)} GPUs", evidence)
 
 
+@never_raises("dcgm-exporter")
 def clock_events(text: str, params: dict[str, Any]) -> Verdict:
     try:
-        page = samples(text)
+        page = _page(text)
     except ValueError as exc:
         return unreadable("dcgm-exporter", str(exc), text)
     reasons = _by_gpu(page, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
     if not reasons:
-        return Verdict(False, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS is not published (counters file?)", {})
-    bad_bits = {int(bit): str(name) for bit, name in (params.get("bad_bits") or {}).items()}
+        return Verdict.blind(
+            "not_published", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS is not published (counters file?)"
+        )
+    bad_bits = {int(bit): str(name) for bit, name in (params.get("bad_bits") or {}).items() if int(bit) > 0}
+    readable = {gpu: int(value) for gpu, value in reasons.items() if math.isfinite(value)}
     found = {
-        gpu: [name for bit, name in bad_bits.items() if int(value) // bit % 2 == 1]
-        for gpu, value in reasons.items()
+        gpu: [name for bit, name in bad_bits.items() if value // bit % 2 == 1]
+        for gpu, value in readable.items()
     }
     found = {gpu: names for gpu, names in found.items() if names}
-    evidence = {"reasons": {g: int(v) for g, v in reasons.items()}, "bad": found}
+    evidence = {"reasons": readable, "bad": found}
     if found:
         gpu = sorted(found)[0]
         more = f" (and {len(found) - 1} more GPUs)" if len(found) > 1 else ""
-        return Verdict(False, f"GPU {gpu}: {', '.join(found[gpu])}{more}", evidence)
-    return Verdict(True, f"no slowdown reasons on {len(reasons)} GPUs", evidence)
+        return Verdict.judged(False, f"GPU {gpu}: {', '.join(found[gpu])}{more}", evidence)
+    if nan := _not_numbers(reasons):
+        return unreadable("dcgm-exporter", f"clock event reasons not a number on GPU {', '.join(nan)}", text)
+    return Verdict.judged(True, f"no slowdown reasons on {len(reasons)} GPUs", evidence)
 
 
+@never_raises("dcgm-exporter")
 def link_errors(before: str, after: str, params: dict[str, Any]) -> Verdict:
     try:
-        first, second = samples(before), samples(after)
+        first, second = _page(before), _page(after)
     except ValueError as exc:
         return unreadable("dcgm-exporter", str(exc), before + after)
     limits: dict[str, float] = {str(k): float(v) for k, v in (params.get("max_increase") or {}).items()}
-    published, over, missing = {}, {}, []
+    published, over, missing, nan = {}, {}, [], []
     for field_name, limit in limits.items():
         old, new = _by_gpu(first, field_name), _by_gpu(second, field_name)
         if not new:
@@ -257,18 +568,24 @@ def link_errors(before: str, after: str, params: dict[str, Any]) -> Verdict:
         rise = {g: (v - old[g] if v >= old.get(g, 0.0) else v) for g, v in new.items()}
         published[field_name] = rise
         over.update({f"{field_name} GPU {g}": r for g, r in rise.items() if r > limit})
+        nan += [f"{field_name} GPU {g}" for g, r in rise.items() if not math.isfinite(r)]
     evidence = {"increase": published, "not_published": missing, "limits": limits}
     if not published:
-        return Verdict(False, "no NVLink/PCIe error counter is published (counters file?)", evidence)
+        return Verdict.blind(
+            "not_published", "no NVLink/PCIe error counter is published (counters file?)", evidence
+        )
     if over:
         first_key = sorted(over)[0]
-        return Verdict(False, f"{first_key} rose by {over[first_key]:.0f} in the window", evidence)
-    return Verdict(True, f"{len(published)} error counters steady over the window", evidence)
+        return Verdict.judged(False, f"{first_key} rose by {over[first_key]:.0f} in the window", evidence)
+    if nan:
+        return unreadable("dcgm-exporter", f"not a number: {', '.join(nan[:3])}", before + after)
+    return Verdict.judged(True, f"{len(published)} error counters steady over the window", evidence)
 
 
+@never_raises("node agent")
 def h2d_bandwidth(text: str, params: dict[str, Any], now: float | None = None) -> Verdict:
     try:
-        page = samples(text)
+        page = _page(text)
     except ValueError as exc:
         return unreadable("node agent", str(exc), text)
     now = time.time() if now is None else now
@@ -278,20 +595,32 @@ def h2d_bandwidth(text: str, params: dict[str, Any], now: float | None = None) -
         if name == "fleetsight_pcie_host_to_device_bandwidth_bytes_per_second"
     }
     stamp_name = "fleetsight_pcie_host_to_device_bandwidth_timestamp_seconds"
-    stamps = [v for name, _, v in page if name == stamp_name]
+    stamps = [v for name, _, v in page if name == stamp_name and math.isfinite(v)]
     if not values:
-        return Verdict(False, "the node agent publishes no host-to-device bandwidth (probe off?)", {})
+        return Verdict.blind(
+            "not_published", "the node agent publishes no host-to-device bandwidth (probe off?)"
+        )
     age = now - max(stamps) if stamps else math.inf
     floor = float(params["min_bytes_per_second"])
-    evidence = {"bytes_per_second": values, "age_seconds": round(age, 1), "floor": floor}
-    if age > float(params["max_age_seconds"]):
-        return Verdict(False, f"the last host-to-device measurement is {age:.0f} s old", evidence)
+    evidence = {
+        "bytes_per_second": values,
+        "age_seconds": round(age, 1) if math.isfinite(age) else None,
+        "floor": floor,
+    }
+    if not age <= float(params["max_age_seconds"]):
+        return Verdict.blind(
+            "not_published", f"the last host-to-device measurement is {age:.0f} s old", evidence
+        )
     slow = {g: v for g, v in values.items() if v < floor}
     if slow:
         gpu = min(slow, key=slow.__getitem__)
         summary = f"GPU {gpu} host-to-device {slow[gpu] / 1e9:.1f} GB/s < {floor / 1e9:.0f}"
-        return Verdict(False, summary, evidence)
-    return Verdict(True, f"{len(values)} GPUs >= {floor / 1e9:.0f} GB/s host-to-device", evidence)
+        return Verdict.judged(False, summary, evidence)
+    if nan := _not_numbers(values):
+        return unreadable(
+            "node agent", f"host-to-device bandwidth not a number on GPU {', '.join(nan)}", text
+        )
+    return Verdict.judged(True, f"{len(values)} GPUs >= {floor / 1e9:.0f} GB/s host-to-device", evidence)
 
 
 ONE_SHOT: dict[str, Callable[[str, dict[str, Any]], Verdict]] = {

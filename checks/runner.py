@@ -85,39 +85,76 @@ def load_tools(path: Path = TOOLS_FILE) -> Tools:
     return Tools(entries)
 
 
+STATUS = {"passed": "PASS", "failed": "ERR", "unknown": "UNKNOWN"}
+
+
 def record(
     check: Check, node: str, verdict: parsers.Verdict, started: float, finished: float
 ) -> dict[str, Any]:
-    return {
+    """One result. ``outcome`` is the contract (passed, failed, unknown); ``passed`` is true only for a
+    pass, false for a failure and null for an unknown, so that a reader that only knows ``passed`` never
+    takes an unknown for a pass nor, if it checks ``is False``, for a failure."""
+    item = {
         "node": node,
         "check": check.name,
         "kind": check.kind,
-        "passed": verdict.passed,
-        "status": "PASS" if verdict.passed else "ERR",
+        "outcome": verdict.outcome,
+        "passed": None if verdict.outcome == "unknown" else verdict.passed,
+        "status": STATUS[verdict.outcome],
         "summary": verdict.summary,
         "evidence": verdict.evidence,
         "started": started,
         "finished": finished,
         "runbook": check.runbook,
     }
+    if verdict.reason:
+        item["reason"] = verdict.reason
+    return item
+
+
+def outcome_of(item: Mapping[str, Any]) -> str:
+    """A result's outcome; a result from a poster older than outcomes has only ``passed`` (true/false)."""
+    outcome = item.get("outcome")
+    if outcome is None:
+        return "passed" if item.get("passed") is True else "failed"
+    return str(outcome)
+
+
+def status_of(item: Mapping[str, Any]) -> str:
+    """PASS, ERR or UNKNOWN: the word a node label or a scheduler comment shows."""
+    return STATUS.get(outcome_of(item), "UNKNOWN")
+
+
+class Blind(Exception):
+    """The tool could not be run or read: the check's result is an unknown with this ``reason``."""
+
+    def __init__(self, reason: str, summary: str) -> None:
+        super().__init__(summary)
+        self.reason, self.summary = reason, summary
+
+    def verdict(self) -> parsers.Verdict:
+        return parsers.Verdict.blind(self.reason, self.summary)
 
 
 def _run(command: list[str], timeout: float) -> str:
     """The tool's stdout; a tool that fails still has its say (dcgmi exits non-zero on a failed test
-    and prints the JSON all the same), a missing or hung one becomes the text the parser rejects."""
+    and prints the JSON all the same). A tool that is not installed, may not be run, or hangs raises
+    :class:`Blind`: that says nothing about the node."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
-        return f"tool not found: {command[0]}"
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        return out + f"\n(tool timed out after {timeout:.0f} s)"
+        raise Blind("tool_missing", f"tool not found: {command[0]}") from None
+    except PermissionError:
+        raise Blind("tool_missing", f"tool not executable: {command[0]}") from None
+    except subprocess.TimeoutExpired:
+        raise Blind("timeout", f"{command[0]} timed out after {timeout:.0f} s") from None
     return done.stdout if done.stdout.strip() else done.stderr
 
 
 def _get(url: str, auth: dict[str, str] | None = None) -> str:
-    """The page, or the text the parser rejects; with ``auth``, TLS checked against the site's CA for
-    the name the certificate is issued for, and basic auth with the password from its file."""
+    """The page; with ``auth``, TLS checked against the site's CA for the name the certificate is issued
+    for, and basic auth with the password from its file. A page that cannot be had raises :class:`Blind`
+    with the reason an operator fixes: unreachable, timeout, tls, unauthorised."""
     auth = auth or {}
     options: dict[str, Any] = {"timeout": 10}
     try:
@@ -126,32 +163,52 @@ def _get(url: str, auth: dict[str, str] | None = None) -> str:
         if "password_file" in auth:
             password = Path(auth["password_file"]).read_text().strip()
             options["auth"] = (auth.get("username", "prometheus"), password)
-        if "server_name" in auth:
-            options["extensions"] = {"sni_hostname": auth["server_name"]}
+    except (OSError, ssl.SSLError) as exc:
+        raise Blind("unauthorised", f"cannot load the credentials for {url}: {exc}") from None
+    if "server_name" in auth:
+        options["extensions"] = {"sni_hostname": auth["server_name"]}
+    try:
         response = httpx.get(url, **options)
-        response.raise_for_status()
-        return response.text
-    except (httpx.HTTPError, OSError, ssl.SSLError) as exc:
-        return f"cannot read {url}: {exc}"
+    except httpx.TimeoutException as exc:
+        raise Blind("timeout", f"{url} did not answer in time: {exc}") from None
+    except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+        # a TLS mismatch shows as a connect error whose cause is an SSL error, or as a plain-HTTP server
+        # hanging up on a TLS hello (and the other way round)
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ssl.SSLError) or "SSL" in str(exc) or isinstance(exc, httpx.RemoteProtocolError):
+            raise Blind("tls", f"TLS does not match at {url}: {exc}") from None
+        raise Blind("unreachable", f"cannot reach {url}: {exc}") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise Blind("unreachable", f"cannot read {url}: {exc}") from None
+    if response.status_code in (401, 403):
+        raise Blind("unauthorised", f"{url} answered {response.status_code} (credentials?)")
+    if response.status_code >= 400:
+        raise Blind("unreachable", f"{url} answered {response.status_code}")
+    return response.text
 
 
 def run_check(check: Check, node: str, tools: Tools, window_s: float | None = None) -> dict[str, Any]:
     """One single-node check here (a pair check runs through :func:`run_pair_client` and
     :func:`run_pair_server`, one on each node)."""
     started = time.time()
-    timeout = 2 * check.seconds
+    try:
+        verdict = _judge(check, node, tools, window_s)
+    except Blind as blind:
+        verdict = blind.verdict()
+    return record(check, node, verdict, started, time.time())
+
+
+def _judge(check: Check, node: str, tools: Tools, window_s: float | None) -> parsers.Verdict:
     if check.parser == "link_errors":  # the same page twice, a window apart: a measurement, not a wait
         before = tools.read(check.tool, node)
         time.sleep(window_s if window_s is not None else float(check.params.get("window_seconds", 30)))
-        verdict = parsers.link_errors(before, tools.read(check.tool, node), check.params)
-    elif check.nodes == 2:
-        verdict = parsers.Verdict(False, f"{check.name} runs on two nodes: `fleetsight checks pair`", {})
-    elif tools.is_url(check.tool):
-        verdict = parsers.ONE_SHOT[check.parser](tools.read(check.tool, node), check.params)
-    else:
-        text = _run(tools.command(check.tool, node, check.args), timeout)
-        verdict = parsers.ONE_SHOT[check.parser](text, check.params)
-    return record(check, node, verdict, started, time.time())
+        return parsers.link_errors(before, tools.read(check.tool, node), check.params)
+    if check.nodes == 2:
+        return parsers.Verdict.blind("not_run", f"{check.name} runs on two nodes: `fleetsight checks pair`")
+    if tools.is_url(check.tool):
+        return parsers.ONE_SHOT[check.parser](tools.read(check.tool, node), check.params)
+    text = _run(tools.command(check.tool, node, check.args), 2 * check.seconds)
+    return parsers.ONE_SHOT[check.parser](text, check.params)
 
 
 # ---------------------------------------------------------------------------------- pair checks
@@ -198,7 +255,10 @@ def _client(command: list[str], check: Check) -> str:
     ``connect_wait_seconds``."""
     deadline = time.monotonic() + float(check.params.get("connect_wait_seconds", 30))
     while True:
-        text = _run(command, 2 * check.seconds)
+        try:
+            text = _run(command, 2 * check.seconds)
+        except Blind as blind:
+            return blind.summary  # the parser finds no figures in it: this port is an unknown
         if NOT_LISTENING not in text or time.monotonic() >= deadline:
             return text
         time.sleep(0.5)  # bounded retry of a handshake, not a synchronisation of tests
@@ -215,15 +275,29 @@ def run_pair_client(
         args = (*_pair_args(check, i, device), address or partner)
         text = _client(tools.command(check.tool, node, args, partner=partner, device=device), check)
         verdict = parsers.ib_write_bw(text, check.params)
-        ports[device] = {"passed": verdict.passed, "summary": verdict.summary, **verdict.evidence}
+        ports[device] = {
+            "outcome": verdict.outcome,
+            "passed": verdict.passed,
+            "summary": verdict.summary,
+            **verdict.evidence,
+        }
     bad = sorted(d for d, p in ports.items() if not p["passed"])
+    # one slow port fails the pair; ports that could not be measured (no figures) only make it unknown
+    failed = any(p["outcome"] == "failed" for p in ports.values())
     finished = time.time()
     results = []
     for here, there, role in ((node, partner, "client"), (partner, node, "server")):
         evidence = {"partner": there, "role": role, "ports": ports}
-        summary = f"slow or unreadable towards {there}: {', '.join(bad)}" if bad else ""
-        summary = summary or f"{len(ports)} ports at line rate towards {there}"
-        verdict = parsers.Verdict(not bad, summary, evidence)
+        if not bad:
+            verdict = parsers.Verdict.judged(
+                True, f"{len(ports)} ports at line rate towards {there}", evidence
+            )
+        elif failed:
+            summary = f"slow or unreadable towards {there}: {', '.join(bad)}"
+            verdict = parsers.Verdict.judged(False, summary, evidence)
+        else:
+            summary = f"could not measure towards {there}: {', '.join(bad)}"
+            verdict = parsers.Verdict.blind("unreadable", summary, evidence)
         results.append(record(check, here, verdict, started, finished))
     return results
 
@@ -245,6 +319,15 @@ def client_token(environ: Mapping[str, str] = os.environ) -> str | None:
 def post_results(url: str, results: list[dict[str, Any]], token: str | None = None) -> None:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     httpx.post(f"{url.rstrip('/')}/v1/results", json=results, headers=headers, timeout=10).raise_for_status()
+
+
+EXIT_UNKNOWN = 4  # no check failed, but one could not observe (1: a check failed; 3: not reported)
+
+
+def exit_code(results: list[dict[str, Any]]) -> int:
+    """0 when every check passed, 1 when one failed, EXIT_UNKNOWN when none failed but one was blind."""
+    outcomes = {r.get("outcome") for r in results}
+    return 1 if "failed" in outcomes else EXIT_UNKNOWN if "unknown" in outcomes else 0
 
 
 def dumps(results: list[dict[str, Any]]) -> str:

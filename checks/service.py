@@ -1,7 +1,11 @@
 """The checks service: it keeps the latest result of every (node, check), serves them to the health
 service's validation gate and to people (GET /v1/results), and publishes them to Prometheus:
 
-- ``fleetsight_check_passed{cluster,node,check}``: 1 passed, 0 failed;
+- ``fleetsight_check_passed{cluster,node,check}``: 1 passed, 0 failed; written only for those two
+  outcomes, so that a check that could not look never reads as a failure (ActiveCheckFailed);
+- ``fleetsight_check_unknown{cluster,node,check,reason}``: 1 when the last run could not observe the node
+  (tool_missing, timeout, unreachable, unauthorised, tls, not_published, unreadable, not_run): the
+  deployment's blind spot, which FleetSightBlind reports and which never drains;
 - ``fleetsight_check_last_run_timestamp_seconds{cluster,node,check}``: when that result finished.
 
 Results arrive by POST /v1/results from whatever ran the check (a light-check timer on the node, the
@@ -30,9 +34,11 @@ from prometheus_client.registry import Collector
 from fleetsight import auth
 
 from .catalog import Check
+from .parsers import BLIND_REASONS, OUTCOMES
+from .runner import STATUS
 
 POLICY_FILE = Path(__file__).resolve().parent / "policy.yml"
-REQUIRED = ("node", "check", "passed", "summary", "finished")
+REQUIRED = ("node", "check", "summary", "finished")
 # The service's scopes: `read` (results, policy, catalogue, /metrics; open unless --token-reads) and
 # `results` (POST /v1/results: what the light checks, the Slurm jobs and the Kubernetes Jobs send).
 RESULTS = "results"
@@ -65,26 +71,50 @@ class ResultStore:
         self.latest: dict[tuple[str, str], dict[str, Any]] = {}
         if state_file is not None and state_file.exists():
             for item in json.loads(state_file.read_text()):
-                self.latest[(item["node"], item["check"])] = item
+                if item.get("check") in catalog:  # a check dropped from the catalogue is forgotten
+                    item = self._normalise(item)
+                    self.latest[(item["node"], item["check"])] = item
 
     def add(self, results: list[Any]) -> int:
-        for item in results:
-            self._validate(item)
+        normalised = [self._normalise(item) for item in results]
         with self.lock:
-            for item in results:
+            for item in normalised:
                 key = (item["node"], item["check"])
                 if key not in self.latest or self.latest[key]["finished"] <= item["finished"]:
                     self.latest[key] = item
             self._save()
         return len(results)
 
-    def _validate(self, item: Any) -> None:
+    def _normalise(self, item: Any) -> dict[str, Any]:
+        """The result with ``outcome``, ``passed`` (null for an unknown) and ``status`` consistent; a
+        poster older than outcomes sends ``passed`` true/false alone. ValueError names what is wrong."""
         if not isinstance(item, dict) or any(k not in item for k in REQUIRED):
             raise ValueError(f"a result needs {', '.join(REQUIRED)}: {str(item)[:200]}")
         if item["check"] not in self.catalog:
             raise ValueError(f"unknown check {item['check']!r}")
-        if not isinstance(item["passed"], bool) or not isinstance(item["finished"], int | float):
-            raise ValueError("'passed' must be true/false and 'finished' a unix time")
+        if not isinstance(item["finished"], int | float) or isinstance(item["finished"], bool):
+            raise ValueError("'finished' must be a unix time")
+        outcome = item.get("outcome")
+        if outcome is None:
+            if not isinstance(item.get("passed"), bool):
+                raise ValueError("a result needs 'outcome' (passed, failed, unknown) or 'passed' true/false")
+            outcome = "passed" if item["passed"] else "failed"
+        if outcome not in OUTCOMES:
+            raise ValueError(f"'outcome' must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        if "passed" in item and item["passed"] is not None and item["passed"] != (outcome == "passed"):
+            raise ValueError(f"'passed' {item['passed']!r} contradicts 'outcome' {outcome!r}")
+        reason = item.get("reason") or ""
+        if outcome == "unknown" and reason not in BLIND_REASONS:
+            raise ValueError(f"an unknown needs a 'reason', one of {', '.join(BLIND_REASONS)}")
+        normalised = {
+            **item,
+            "outcome": outcome,
+            "passed": None if outcome == "unknown" else outcome == "passed",
+        }
+        normalised["status"] = STATUS[outcome]
+        if outcome != "unknown":
+            normalised.pop("reason", None)
+        return normalised
 
     def _save(self) -> None:
         if self.state_file is None:
@@ -109,6 +139,11 @@ class ResultCollector(Collector):
             "1 when the node's last run of the check passed, 0 when it failed.",
             labels=labels,
         )
+        unknown = GaugeMetricFamily(
+            "fleetsight_check_unknown",
+            "1 when the node's last run of the check could not observe it; reason says why.",
+            labels=[*labels, "reason"],
+        )
         stamp = GaugeMetricFamily(
             "fleetsight_check_last_run_timestamp_seconds",
             "Unix time the node's last run of the check finished.",
@@ -116,9 +151,13 @@ class ResultCollector(Collector):
         )
         for item in self.store.results():
             values = [self.cluster, item["node"], item["check"]]
-            passed.add_metric(values, 1.0 if item["passed"] else 0.0)
+            if item["outcome"] == "unknown":
+                unknown.add_metric([*values, item["reason"]], 1.0)
+            else:
+                passed.add_metric(values, 1.0 if item["outcome"] == "passed" else 0.0)
             stamp.add_metric(values, float(item["finished"]))
         yield passed
+        yield unknown
         yield stamp
 
 

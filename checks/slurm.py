@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from . import runner
 from .catalog import Check
 from .plan import Decision, Unit, plan, with_partners
 from .runner import TOKEN_FILE_ENV
@@ -196,9 +197,7 @@ class SlurmChecks:
     def publish_comments(self, results: list[dict[str, Any]]) -> dict[str, str]:
         by_node: dict[str, list[str]] = {}
         for item in sorted(results, key=lambda r: (r["node"], r["check"])):
-            by_node.setdefault(item["node"], []).append(
-                f"{item['check']}={'PASS' if item['passed'] else 'ERR'}"
-            )
+            by_node.setdefault(item["node"], []).append(f"{item['check']}={runner.status_of(item)}")
         comments = {node: "fleetsight-checks: " + " ".join(words) for node, words in by_node.items()}
         for node, comment in comments.items():
             self.run("scontrol", "update", f"nodename={node}", f"comment={comment}", check=False)

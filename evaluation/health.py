@@ -28,7 +28,7 @@ from health.policy import parse_duration
 from twin.truth import Fault, load_faults
 
 AROUND_THE_TWIN = ("slack-sink", "alertmanager", "exporter-node", "exporter-fabric", "anomaly", "prometheus")
-SEVERITY_ORDER = ("healthy", "degraded", "unhealthy", "draining", "drained", "repair")
+SEVERITY_ORDER = ("healthy", "unobserved", "degraded", "unhealthy", "draining", "drained", "repair")
 
 
 @dataclass

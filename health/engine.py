@@ -21,9 +21,13 @@ from typing import Any
 
 from .policy import Policy
 
-STATES = ("healthy", "degraded", "unhealthy", "draining", "drained", "repair")
-FIT_STATES = ("healthy", "degraded")
-LEVELS = {"ignore": 0, "degraded": 1, "unhealthy": 2, "repair": 3}
+# `unobserved`: FleetSight cannot see the node's GPUs at all (every GPU signal blind); neither healthy nor
+# unhealthy, and fit for work: blindness is FleetSight's problem, never the node's.
+STATES = ("healthy", "unobserved", "degraded", "unhealthy", "draining", "drained", "repair")
+FIT_STATES = ("healthy", "unobserved", "degraded")
+OVERRIDE_STATES = tuple(s for s in STATES if s != "unobserved")  # an operator knows; FleetSight does not
+# `blind` (a source silent, a check that could not look) weighs nothing: it is shown, never acted on.
+LEVELS = {"ignore": 0, "blind": 0, "degraded": 1, "unhealthy": 2, "repair": 3}
 OUR_REASON_PREFIX = "fleetsight:"
 HISTORY_KEPT = 50
 BREAKER_RUNBOOK = "docs/health.md#runbook-healthcircuitbreakeropen"
@@ -218,8 +222,8 @@ class HealthEngine:
     def set_override(
         self, node: str, state: str, reason: str, by: str, now: float, ttl: float | None
     ) -> None:
-        if state not in STATES:
-            raise ValueError(f"state {state!r} is not one of {', '.join(STATES)}")
+        if state not in OVERRIDE_STATES:
+            raise ValueError(f"state {state!r} is not one of {', '.join(OVERRIDE_STATES)}")
         self.overrides[node] = Override(state, reason, by, now, now + ttl if ttl else None)
         record = self.nodes.setdefault(node, NodeRecord(since=now))
         self.dirty.add(node)
@@ -504,7 +508,15 @@ class HealthEngine:
             if node in self.breaker["held"]:
                 reasons.insert(0, self._breaker_reason())
             return "unhealthy", reasons
-        return ("degraded" if level else "healthy"), reasons
+        if level:
+            return "degraded", reasons
+        return ("unobserved" if self._unobserved(record) else "healthy"), reasons
+
+    def _unobserved(self, record: NodeRecord) -> bool:
+        return any(
+            s.effect == "blind" and self.policy.leaves_unobserved(s.name, s.evidence.get("labels", {}))
+            for s in record.active.values()
+        )
 
     @staticmethod
     def _drain_progress(view: SchedulerView | None, fallback: str) -> str:
@@ -592,7 +604,9 @@ class HealthEngine:
             "since": iso(record.since),
             "unit": record.unit,
             "fit": record.state in FIT_STATES,
-            "reasons": record.reasons,
+            "reasons": [r for r in record.reasons if r["effect"] != "blind"],
+            # what FleetSight could not observe on this node now: its own deployment's fault, not the node's
+            "blind_spots": [r for r in record.reasons if r["effect"] == "blind" and "last_seen" not in r],
             "drain": {"origin": record.drain_origin, "reason": record.drain_reason}
             if record.drain_origin
             else None,
@@ -613,9 +627,21 @@ class HealthEngine:
                         "state": record.state,
                         "origin": record.drain_origin,
                         "reason": f"{OUR_REASON_PREFIX} {record.drain_reason}",
+                        "evidence": self._drain_evidence(record),
                     }
                 )
         return wanted
+
+    @staticmethod
+    def _drain_evidence(record: NodeRecord) -> list[dict[str, Any]]:
+        """The reasons that allow the drain (effect unhealthy or repair; a blind spot never does), each
+        with its source, since when, and the labels that identify it."""
+        return [
+            {k: r.get(k) for k in ("signal", "source", "effect", "since", "summary", "runbook")}
+            | {"labels": (r.get("evidence") or {}).get("labels", {})}
+            for r in record.reasons
+            if r.get("effect") in ("unhealthy", "repair")
+        ]
 
     def node_mtbf(self) -> tuple[float, str]:
         """The mean time between failures of one node, and whether it is measured or the prior."""

@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 import yaml
 
+from .engine import FIT_STATES
 from .policy import Policy
 from .sources import SourceResult, Sources
 from .sync import SyncError
@@ -49,7 +50,6 @@ LABEL = "fleetsight.io/health"
 TAINT_KEY = "fleetsight.io/unhealthy"
 CORDONED = "fleetsight.io/cordoned"  # "true": FleetSight set spec.unschedulable
 TAINTS = "fleetsight.io/taints"  # the effects of FleetSight's taints, comma-separated
-FIT_STATES = ("healthy", "degraded")
 EFFECTS = ("NoSchedule", "NoExecute")
 IN_CLUSTER = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MESSAGE_MAX = 1024

@@ -11,7 +11,7 @@ import yaml
 from fleetsight import durations
 
 DEFAULT_POLICY = Path(__file__).with_name("policy.yml")
-EFFECTS = ("ignore", "degraded", "unhealthy", "repair")
+EFFECTS = ("ignore", "blind", "degraded", "unhealthy", "repair")
 
 
 class PolicyError(ValueError):
@@ -64,16 +64,26 @@ class Policy:
     # an event lost with the Alertmanager (a restart forgets; Prometheus re-sends every minute): the
     # sweep takes it from Prometheus. Longer than the re-send plus an evaluation, so the normal path wins.
     unknown_alert_grace_s: float = 120.0
+    # Blind spots that leave a node without any GPU signal (policy.yml `unobserved:`): signal name and
+    # the alert labels it must carry, e.g. ExporterDown with job=dcgm. Such a node is `unobserved`.
+    unobserved: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (("ExporterDown", (("job", "dcgm"),)),)
     batch_s: float = 0.2  # events arriving this close together are decided (and written) as one batch
     scheduler_interval_s: float = 30.0  # the scheduler's view between sweeps (every tick while draining)
 
     def effect(self, signal: str, severity: str | None = None) -> str:
-        """What a signal does to a node: ignore, degraded, unhealthy or repair."""
+        """What a signal does to a node: ignore, blind, degraded, unhealthy or repair."""
         if signal in self.signals:
             return self.signals[signal]
         if self.unknown_alerts == "by_severity":
             return "unhealthy" if (severity or "").lower() in ("critical", "page") else "degraded"
         return self.unknown_alerts
+
+    def leaves_unobserved(self, signal: str, labels: dict[str, str]) -> bool:
+        """Does this blind spot leave the node with no GPU signal at all?"""
+        return any(
+            name == signal and all(labels.get(k) == v for k, v in matchers)
+            for name, matchers in self.unobserved
+        )
 
     def runbook(self, signal: str) -> str:
         """The runbook for a signal: the alert's own (``<alertname>.md``), or the one policy.yml names for
@@ -102,6 +112,18 @@ def _choice(value: Any, key: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise PolicyError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
     return str(value)
+
+
+def _unobserved(value: Any, default: tuple[Any, ...]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """`unobserved:` is a list of mappings: `signal` plus the labels the alert must carry."""
+    if value is None:
+        return default
+    if not isinstance(value, list) or not all(isinstance(v, dict) and "signal" in v for v in value):
+        raise PolicyError("unobserved: expected a list of mappings, each with `signal` and optional labels")
+    return tuple(
+        (str(v["signal"]), tuple(sorted((str(k), str(x)) for k, x in v.items() if k != "signal")))
+        for v in value
+    )
 
 
 def from_dict(raw: dict[str, Any]) -> Policy:
@@ -160,6 +182,7 @@ def from_dict(raw: dict[str, Any]) -> Policy:
             refresh.get("unknown_alert_grace", "2m"), "refresh.unknown_alert_grace"
         ),
         batch_s=parse_duration(refresh.get("batch", "0.2s"), "refresh.batch"),
+        unobserved=_unobserved(raw.get("unobserved"), defaults.unobserved),
         scheduler_interval_s=parse_duration(refresh.get("scheduler", "30s"), "refresh.scheduler"),
     )
 

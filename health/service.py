@@ -31,7 +31,7 @@ from fleetsight.secrets import SecretFileError, read_secret_file
 
 from .discovery import DEFAULT_PORTS
 from .discovery import add_routes as add_discovery_routes
-from .engine import BREAKER_RUNBOOK, STATES, HealthEngine, Signal, young_interval
+from .engine import BREAKER_RUNBOOK, OVERRIDE_STATES, STATES, HealthEngine, Signal, young_interval
 from .jobs import add_routes as add_job_routes
 from .policy import Policy, PolicyError, parse_duration
 from .replica import add_replica_routes, leader_status
@@ -39,7 +39,7 @@ from .sources import Sources, split_urls
 from .validation import add_routes as add_validation_routes
 
 log = logging.getLogger("health.service")
-State = Literal[STATES]  # type: ignore[valid-type]  # the API's schema lists the states
+State = Literal[OVERRIDE_STATES]  # type: ignore[valid-type]  # the states an operator may set
 SCOPES = ("read", "drain", "override", "events")
 # fleetsight_health_event_delay_seconds: receipt of an event -> its decision published
 # A restart loses at most this much of a held reason's age (it may release that much early).
@@ -555,7 +555,7 @@ class ResumeRequest(BaseModel):
 
 
 class OverrideRequest(BaseModel):
-    state: State = Field(description=f"One of {', '.join(STATES)}")
+    state: State = Field(description=f"One of {', '.join(OVERRIDE_STATES)}")
     reason: str = Field(min_length=3, max_length=500)
     expires_in: str = Field(description="Every override expires (e.g. 30m, 8h)")
 

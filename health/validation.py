@@ -7,7 +7,11 @@ of the required checks) -> ``resumed`` (all passed: the drain is released) or ``
 the node stays out; a later passing run of that check resumes it).
 
 Only results that finished after the node entered validation count, so a pass from before the repair
-never resumes a node. The gate reads the checks service in a thread of its own, never inside a refresh;
+never resumes a node. A result whose outcome is ``unknown`` (the check could not look: tool missing,
+exporter unreachable) neither resumes nor fails the node: it stays ``validating`` with the check listed
+under ``unknown``, and FleetSightBlind says what to fix. The gate reads with the bearer token (scope
+``read``) of the file FLEETSIGHT_CHECKS_READ_TOKEN_FILE names, where the checks service asks for one.
+The gate reads the checks service in a thread of its own, never inside a refresh;
 when the service cannot be read, nothing is resumed (a gate that cannot see its evidence stays shut).
 
 Installed by :func:`add_routes` when ``FLEETSIGHT_CHECKS_URL`` names the checks service; without it the
@@ -24,7 +28,10 @@ from typing import Any
 import httpx
 from fastapi import Depends, FastAPI, HTTPException
 
+from fleetsight.secrets import read_secret_file
+
 log = logging.getLogger("fleetsight.health.validation")
+READ_TOKEN_FILE_ENV = "FLEETSIGHT_CHECKS_READ_TOKEN_FILE"  # a token with scope `read` at the checks service
 
 
 @dataclass
@@ -36,14 +43,16 @@ class Validation:
     phase: str = "validating"
     failed: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unknown: list[dict[str, Any]] = field(default_factory=list)  # ran, could not look: not evidence
     decided: float | None = None
 
 
 class ValidationGate:
     """``may_release(node, drain_reason, now)`` is the engine's release hook (HealthEngine.release_gate)."""
 
-    def __init__(self, checks_url: str | None) -> None:
+    def __init__(self, checks_url: str | None, token: str | None = None) -> None:
         self.checks_url = checks_url.rstrip("/") if checks_url else None
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.results: dict[tuple[str, str], dict[str, Any]] = {}
         self.policy: dict[str, Any] | None = None
         self.error = ""
@@ -56,8 +65,8 @@ class ValidationGate:
         if self.checks_url is None:
             return set()
         try:
-            policy = httpx.get(f"{self.checks_url}/v1/policy", timeout=5).raise_for_status().json()
-            items = httpx.get(f"{self.checks_url}/v1/results", timeout=5).raise_for_status().json()["results"]
+            policy = self._get("/v1/policy")
+            items = self._get("/v1/results")["results"]
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             self.error = f"checks service {self.checks_url}: {exc}"
             return set()
@@ -68,6 +77,10 @@ class ValidationGate:
             }
             self.results, self.policy, self.error = results, policy, ""
         return changed
+
+    def _get(self, path: str) -> Any:
+        response = httpx.get(f"{self.checks_url}{path}", headers=self.headers, timeout=5)
+        return response.raise_for_status().json()
 
     # -------------------------------------------------------------- the gate
     def required_for(self, signal: str) -> list[str] | None:
@@ -95,11 +108,17 @@ class ValidationGate:
             for c in entry.required
             if (r := self.results.get((entry.node, c))) and r["finished"] >= entry.since
         }
-        entry.missing = [c for c in entry.required if c not in fresh]
+        outcomes = {c: _outcome(r) for c, r in fresh.items()}
+        entry.missing = [c for c in entry.required if outcomes.get(c) in (None, "unknown")]
         entry.failed = [
             {k: r.get(k) for k in ("check", "summary", "finished", "runbook")}
-            for r in fresh.values()
-            if not r["passed"]
+            for c, r in fresh.items()
+            if outcomes[c] == "failed"
+        ]
+        entry.unknown = [
+            {k: r.get(k) for k in ("check", "summary", "finished", "reason")}
+            for c, r in fresh.items()
+            if outcomes[c] == "unknown"
         ]
         phase = "failed" if entry.failed else "validating" if entry.missing else "resumed"
         if phase != entry.phase:
@@ -125,6 +144,19 @@ class ValidationGate:
         return out
 
 
+def _outcome(result: dict[str, Any]) -> str:
+    """passed, failed or unknown; a checks service older than outcomes sends ``passed`` alone."""
+    outcome = result.get("outcome")
+    if outcome in ("passed", "failed", "unknown"):
+        return str(outcome)
+    return "passed" if result.get("passed") is True else "failed"
+
+
+def _read_token() -> str | None:
+    path = os.environ.get(READ_TOKEN_FILE_ENV)
+    return read_secret_file(path, READ_TOKEN_FILE_ENV).splitlines()[0].strip() if path else None
+
+
 def _refresh_loop(gate: ValidationGate, service: Any, interval: float) -> None:
     while not service.stop_event.wait(interval):
         changed = gate.refresh()
@@ -135,7 +167,7 @@ def _refresh_loop(gate: ValidationGate, service: Any, interval: float) -> None:
 
 def add_routes(app: FastAPI, service: Any, reader: Any) -> ValidationGate:
     """The read-only route, and the gate on the engine when the checks service is configured."""
-    gate = ValidationGate(os.environ.get("FLEETSIGHT_CHECKS_URL"))
+    gate = ValidationGate(os.environ.get("FLEETSIGHT_CHECKS_URL"), _read_token())
     if gate.checks_url:
         gate.refresh()
         service.engine.release_gate = gate.may_release

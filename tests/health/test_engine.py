@@ -65,9 +65,16 @@ def test_auto_drain_follows_the_scheduler_from_draining_to_drained_to_repair() -
     busy = {"e05": SchedulerView(("ALLOCATED",), "", busy=True)}
     engine.update(observe(signal("e05", "RMA"), scheduler=busy), now=0)
     assert states(engine)["e05"] == "draining"
-    assert engine.drain_list() == [
-        {"node": "e05", "state": "draining", "origin": "auto", "reason": "fleetsight: RMA (alertmanager)"}
-    ]
+    [drain] = engine.drain_list()
+    assert {k: v for k, v in drain.items() if k != "evidence"} == {
+        "node": "e05",
+        "state": "draining",
+        "origin": "auto",
+        "reason": "fleetsight: RMA (alertmanager)",
+    }
+    assert [(e["signal"], e["source"], e["effect"]) for e in drain["evidence"]] == [
+        ("RMA", "alertmanager", "repair")
+    ]  # the drain names the evidence that allowed it
     applied = {"e05": SchedulerView(("IDLE", "DRAIN"), "fleetsight: RMA (alertmanager)")}
     engine.update(observe(signal("e05", "RMA"), scheduler=applied), now=10)
     assert states(engine)["e05"] == "repair"
@@ -238,3 +245,79 @@ def test_a_scheduler_view_that_changes_re_decides_its_node_only() -> None:
     engine.process(now=2)
     assert engine.changed == {"e05"} and states(engine)["e05"] == "repair"
     assert not engine.awaiting_scheduler()
+
+
+# ------------------------------------------------------------------------------ blind is not broken
+BLIND_POLICY = load()  # the shipped policy (health/policy.yml), as deployed
+
+
+def blind_signal(node: str, name: str, **labels: str) -> Signal:
+    return Signal(node, name, "alertmanager", 0.0, BLIND_POLICY.effect(name), evidence={"labels": labels})
+
+
+def test_a_blind_spot_never_drains_and_is_shown_beside_the_state() -> None:
+    """Issue 41: a check that could not look (FleetSightBlind) and a silent exporter (ExporterDown) keep
+    the node fit; the node's item lists them as blind spots, not as reasons; a node whose dcgm-exporter
+    is silent is `unobserved`; a real fault on another node in the same observation still drains."""
+    engine = HealthEngine(BLIND_POLICY)
+    nodes = {f"b{i:02d}": "u1" for i in range(1, 21)}
+    seen = [
+        blind_signal("b01", "FleetSightBlind", check="row_remap", reason="unreachable"),
+        blind_signal("b02", "ExporterDown", job="dcgm"),
+        blind_signal("b03", "ExporterDown", job="node"),
+        blind_signal("b04", "PSUFailed", psu="1"),
+    ]
+    engine.update(Observation(nodes=nodes, signals=seen), now=100)
+    items = engine.snapshot()["nodes"]
+    assert items["b01"]["state"] == "healthy" and items["b01"]["fit"]
+    assert [r["signal"] for r in items["b01"]["blind_spots"]] == ["FleetSightBlind"]
+    assert items["b01"]["reasons"] == []
+    assert items["b02"]["state"] == "unobserved" and items["b02"]["fit"]  # no GPU signal at all
+    assert items["b03"]["state"] == "healthy"  # node_exporter silent: the GPUs are still seen
+    assert items["b04"]["state"] == "draining" and not items["b04"]["fit"]
+    [drain] = engine.drain_list()
+    assert drain["node"] == "b04" and drain["reason"] == "fleetsight: PSUFailed (alertmanager)"
+    assert [(e["signal"], e["effect"], e["labels"]) for e in drain["evidence"]] == [
+        ("PSUFailed", "repair", {"psu": "1"})
+    ]
+    assert engine.failures == 1  # only the real fault counts towards the MTBF
+    engine.update(Observation(nodes=nodes, signals=seen[2:]), now=200)  # the exporter answers again
+    items = engine.snapshot()["nodes"]
+    assert items["b02"]["state"] == "healthy" and items["b02"]["blind_spots"] == []
+
+
+def test_an_operator_cannot_declare_a_node_unobserved() -> None:
+    engine = HealthEngine(BLIND_POLICY)
+    with pytest.raises(ValueError, match="not one of healthy, degraded"):
+        engine.set_override("b01", "unobserved", "why not", "op", now=0, ttl=60)
+
+
+def test_the_unobserved_list_is_validated() -> None:
+    with pytest.raises(PolicyError, match="unobserved: expected a list"):
+        from_dict({"unobserved": ["ExporterDown"]})
+    policy = from_dict({"unobserved": [{"signal": "TelemetrySilent", "source": "dcgm-exporter"}]})
+    assert policy.leaves_unobserved("TelemetrySilent", {"source": "dcgm-exporter", "node": "x"})
+    assert not policy.leaves_unobserved("TelemetrySilent", {"source": "bmc"})
+
+
+def test_an_unknown_result_neither_resumes_nor_fails_a_validation() -> None:
+    """The gate (health/validation.py) with the checks service's answers set directly: an unknown after
+    the repair keeps the node `validating` (listed under `unknown`), a pass resumes it; a result from a
+    checks service older than outcomes (`passed` alone) still counts."""
+    from health.validation import ValidationGate
+
+    gate = ValidationGate(None)
+    gate.policy = {"after": {"PSUFailed": ["dcgm_diag_r3"]}, "default": []}
+    assert not gate.may_release("b04", "PSUFailed (alertmanager)", now=100)
+    blind = {"node": "b04", "check": "dcgm_diag_r3", "outcome": "unknown", "reason": "tool_missing"}
+    gate.results[("b04", "dcgm_diag_r3")] = {**blind, "passed": None, "summary": "no dcgmi", "finished": 150}
+    assert not gate.may_release("b04", "PSUFailed (alertmanager)", now=160)
+    entry = gate.nodes["b04"]
+    assert entry.phase == "validating" and entry.failed == [] and entry.missing == ["dcgm_diag_r3"]
+    assert entry.unknown == [
+        {"check": "dcgm_diag_r3", "summary": "no dcgmi", "finished": 150, "reason": "tool_missing"}
+    ]
+    old_style = {"node": "b04", "check": "dcgm_diag_r3", "passed": True, "summary": "ok", "finished": 170}
+    gate.results[("b04", "dcgm_diag_r3")] = old_style
+    assert gate.may_release("b04", "PSUFailed (alertmanager)", now=180)
+    assert gate.nodes["b04"].phase == "resumed" and gate.nodes["b04"].unknown == []

@@ -36,6 +36,7 @@ ISSUE_ALERTS = {
     "DCGMFieldsMissing",
     "HealthEventLag",  # issue 37: the health service's own event backlog
     "ActiveCheckFailed",  # issue 36: rules/checks.yml
+    "FleetSightBlind",  # issue 41: rules/checks.yml, a check that could not look
 }
 # Alerts about a whole cluster (or a central service), not one node: their description names the
 # cluster instead.
