@@ -158,18 +158,20 @@ def _json_document(text: str) -> dict[str, Any]:
         error = exc
     if _is_diag(found):
         return cast(dict[str, Any], found)
-    # a line before the document that holds a brace of its own: try where lines start with one
-    for tries, line in enumerate(re.finditer(r"^[ \t]*\{", text, re.MULTILINE)):
-        start = line.end() - 1
+    # A line before the document that holds a brace of its own: try the lines that open an object in
+    # their first column (jsoncpp writes the root there and indents everything inside it), and only
+    # one that runs to the end of the output, so that one iteration of `-i N` inside a document cut
+    # short is never taken for the document.
+    for tries, line in enumerate(re.finditer(r"^\{", text, re.MULTILINE)):
         if tries >= MAX_CANDIDATES:
             break
-        if start <= first:
+        if line.start() <= first:
             continue
         try:
-            value, _ = decoder.raw_decode(text, start)
+            value, end = decoder.raw_decode(text, line.start())
         except (ValueError, RecursionError):
             continue
-        if _is_diag(value):
+        if _is_diag(value) and "}" not in text[end:]:
             return cast(dict[str, Any], value)
     if isinstance(found, dict):
         return found
@@ -219,8 +221,8 @@ def _warning_text(warning: Any) -> str:
     if isinstance(warning, dict):  # DCGM 3.3's Deployment tests put the text under "warnings"
         for key in ("warning", "warnings", "message"):
             if isinstance(warning.get(key), str):
-                return _text(warning[key], 300)
-    return _text(warning, 300)
+                return _text(warning[key], HEAD)
+    return _text(warning, HEAD)
 
 
 def _error_id(value: Any) -> Any:
@@ -316,12 +318,15 @@ def _diag_version(data: dict[str, Any], root: dict[str, Any]) -> str | None:
     return None
 
 
-def _diag_roots(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(documents, their roots): the document itself, or each iteration of `dcgmi diag -i N`."""
-    documents = _entries(data["iterations"])[0] if isinstance(data.get("iterations"), list) else [data]
+def _diag_roots(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(documents, their roots, how many runs had no readable document): the document itself, or each
+    iteration of `dcgmi diag -i N`."""
+    iterations = data.get("iterations")
+    runs = iterations if isinstance(iterations, list) else [data]
+    documents = [d for d in runs if isinstance(d, dict)]  # a null: a run that printed no document
     pairs = [(d, next((d[r] for r in DIAG_ROOTS if isinstance(d.get(r), dict)), None)) for d in documents]
     kept = [(d, r) for d, r in pairs if r is not None]
-    return [d for d, _ in kept], [r for _, r in kept]
+    return [d for d, _ in kept], [r for _, r in kept], len(runs) - len(kept)
 
 
 def _names(failures: list[dict[str, Any]], most: int = 4) -> str:
@@ -339,10 +344,12 @@ def dcgm_diag(text: str, params: dict[str, Any]) -> Verdict:
         data = _json_document(text)
     except ValueError as exc:
         return unreadable("dcgmi diag", str(exc), text)
-    documents, roots = _diag_roots(data)
+    documents, roots, unread = _diag_roots(data)
     if not roots:
         return unreadable("dcgmi diag", f"no {DIAG_ROOTS[0]!r} (nor {DIAG_ROOTS[1]!r}) object", text)
     diag = _Diag()
+    if unread:
+        diag.unknown.append(f"iterations: {unread} runs without a diag document")
     for root in roots:
         diag.read(root)
     evidence: dict[str, Any] = {
@@ -503,6 +510,11 @@ def _not_numbers(*fields: dict[str, float]) -> list[str]:
     return sorted({gpu for values in fields for gpu, v in values.items() if not math.isfinite(v)})
 
 
+def _shown(values: dict[str, float]) -> dict[str, float | None]:
+    """Values as evidence (posted as JSON): a NaN or an infinity as null."""
+    return {key: v if math.isfinite(v) else None for key, v in values.items()}
+
+
 @never_raises("dcgm-exporter")
 def row_remap(text: str, params: dict[str, Any]) -> Verdict:
     try:
@@ -514,7 +526,11 @@ def row_remap(text: str, params: dict[str, Any]) -> Verdict:
     rows = _by_gpu(page, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")
     if not pending and not failed:
         return Verdict.blind("not_published", "row remap fields are not published (counters file?)")
-    evidence = {"pending": pending, "failed": failed, "uncorrectable_remapped_rows": rows}
+    evidence = {
+        "pending": _shown(pending),
+        "failed": _shown(failed),
+        "uncorrectable_remapped_rows": _shown(rows),
+    }
     bad = sorted({g for g, v in pending.items() if v > 0} | {g for g, v in failed.items() if v > 0})
     if bad:
         return Verdict.judged(False, f"row remap pending or failed on GPU {', '.join(bad)}", evidence)
@@ -551,6 +567,12 @@ def clock_events(text: str, params: dict[str, Any]) -> Verdict:
     return Verdict.judged(True, f"no slowdown reasons on {len(reasons)} GPUs", evidence)
 
 
+def _rise(old: float, new: float) -> float:
+    if not math.isfinite(old):
+        return math.nan
+    return new - old if new >= old else new
+
+
 @never_raises("dcgm-exporter")
 def link_errors(before: str, after: str, params: dict[str, Any]) -> Verdict:
     try:
@@ -564,12 +586,17 @@ def link_errors(before: str, after: str, params: dict[str, Any]) -> Verdict:
         if not new:
             missing.append(field_name)
             continue
-        # a counter that went down was reset (driver reload): count from zero
-        rise = {g: (v - old[g] if v >= old.get(g, 0.0) else v) for g, v in new.items()}
+        # a counter that went down was reset (driver reload): count from zero; a GPU without a finite
+        # first value has no window (NaN: unreadable, unless another counter rose)
+        rise = {g: _rise(old.get(g, math.nan), v) for g, v in new.items()}
         published[field_name] = rise
         over.update({f"{field_name} GPU {g}": r for g, r in rise.items() if r > limit})
         nan += [f"{field_name} GPU {g}" for g, r in rise.items() if not math.isfinite(r)]
-    evidence = {"increase": published, "not_published": missing, "limits": limits}
+    evidence = {
+        "increase": {k: _shown(v) for k, v in published.items()},
+        "not_published": missing,
+        "limits": limits,
+    }
     if not published:
         return Verdict.blind(
             "not_published", "no NVLink/PCIe error counter is published (counters file?)", evidence
@@ -603,7 +630,7 @@ def h2d_bandwidth(text: str, params: dict[str, Any], now: float | None = None) -
     age = now - max(stamps) if stamps else math.inf
     floor = float(params["min_bytes_per_second"])
     evidence = {
-        "bytes_per_second": values,
+        "bytes_per_second": _shown(values),
         "age_seconds": round(age, 1) if math.isfinite(age) else None,
         "floor": floor,
     }

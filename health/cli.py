@@ -21,7 +21,7 @@ from fleetsight.secrets import read_secret_file
 from fleetsight.settings import Settings
 from fleetsight.webconfig import uvicorn_tls, web_config_option
 
-from . import prolog, sync
+from . import prolog, statelock, sync
 from .policy import DEFAULT_POLICY, PolicyError, load
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -197,10 +197,15 @@ def serve(
         static_nodes=nodes_from_file(nodes_file),
         **source_extra,
     )
+    state_dir = state_dir or settings.data_dir("health")
+    try:
+        writer_lock = statelock.hold(state_dir)  # noqa: F841 (held open for the process's life)
+    except (statelock.StateLocked, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
     service = HealthService(
         policy,
         sources,
-        state_dir or settings.data_dir("health"),
+        state_dir,
         tokens,
         cluster,
         breaker_alert_url=alertmanager_url if breaker_alert else None,

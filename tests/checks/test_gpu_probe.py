@@ -51,7 +51,7 @@ def test_without_a_cuda_driver_the_probe_exits_2_naming_libcuda_and_the_check_fa
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "libcuda.so.1" in lines[0] and "Traceback" not in done.stderr
     verdict = parsers.probe_lines(done.stderr, GEMM.params)
-    assert not verdict.passed and "unreadable" in verdict.summary
+    assert verdict.outcome == "unknown" and "unreadable" in verdict.summary
     assert "libcuda.so.1" in verdict.evidence["output_head"]
 
     # the same through the runner, as `fleetsight checks run` on a node, the probe as the tools file says
@@ -59,7 +59,7 @@ def test_without_a_cuda_driver_the_probe_exits_2_naming_libcuda_and_the_check_fa
     tools.write_text(json.dumps({"tools": {"gpu_probe": [sys.executable, "-m", "checks.gpu_probe"]}}))
     for check in (GEMM, HBM):
         result = runner.run_check(check, "n0001", runner.load_tools(tools))
-        assert result["passed"] is False and result["status"] == "ERR", result
+        assert result["outcome"] == "unknown", result
         assert "unreadable" in result["summary"] and "libcuda" in result["evidence"]["output_head"]
 
 
@@ -128,14 +128,14 @@ def test_a_slow_gpu_below_the_floor_fails_the_check(capsys: pytest.CaptureFixtur
     status, out, _ = run_main(capsys, ["gemm", "--seconds", "1"], gpus)
     assert status == 0  # the probe measured; judging is the check's
     verdict = parsers.probe_lines(out, GEMM.params)
-    assert not verdict.passed
+    assert verdict.outcome == "failed"
     assert verdict.summary.startswith("GPU 5 tflops 583.5 <")
     assert list(verdict.evidence["below_floor"]) == ["5"]
 
     slow_memory = FakeGpus(bandwidth=2.5e12)  # 0.75 of 3.35 TB/s, under min_ratio 0.80
     status, out, _ = run_main(capsys, ["hbm", "--seconds", "1"], slow_memory)
     verdict = parsers.probe_lines(out, HBM.params)
-    assert status == 0 and not verdict.passed and len(verdict.evidence["below_floor"]) == 8
+    assert status == 0 and verdict.outcome == "failed" and len(verdict.evidence["below_floor"]) == 8
 
 
 def test_gpus_picks_the_gpus_and_the_closing_line_counts_them(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +179,7 @@ def test_a_failing_gpu_exits_2_without_the_closing_line_and_the_check_says_unrea
         f"fleetsight-probe v1 test=gemm gpu={g} dtype=bf16 tflops=700.0 seconds=1.0" for g in (0, 1, 3)
     ]
     verdict = parsers.probe_lines(out, GEMM.params)
-    assert not verdict.passed and "no closing 'done' line" in verdict.summary
+    assert verdict.outcome == "unknown" and "no closing 'done' line" in verdict.summary
 
 
 class Unloadable(FakeGpus):
@@ -567,7 +567,7 @@ def test_a_failed_call_is_named_with_its_status_on_every_gpu_and_exit_2(
     assert sorted(done.stderr.splitlines()) == [
         f"fleetsight-gpu-probe: GPU {gpu}: {message}" for gpu in (0, 1)
     ]
-    assert not parsers.probe_lines(done.stdout or done.stderr, GEMM.params).passed
+    assert parsers.probe_lines(done.stdout or done.stderr, GEMM.params).outcome == "unknown"
 
 
 def test_no_device_is_cuinits_own_error(fake_libraries: Path, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from health_helpers import (
     wait_state,
 )
 
+from health.engine import STATES
 from support import wait_until
 
 NODES = [f"api{i:02d}" for i in range(1, 17)]
@@ -88,13 +89,14 @@ def test_an_unhealthy_alert_drains_and_preflight_refuses_the_node(alertmanager: 
     post_alert(alertmanager, "GPUXidUncorrectable", "api05", gpu="2", xid="79")
     item = wait_state(health, "api05", "draining")
     assert item["drain"] == {"origin": "auto", "reason": "GPUXidUncorrectable (alertmanager)"}
-    drains = httpx.get(f"{health}/v1/drain-list").json()["nodes"]
-    assert {
-        "node": "api05",
-        "state": "draining",
-        "origin": "auto",
-        "reason": "fleetsight: GPUXidUncorrectable (alertmanager)",
-    } in drains
+    [drain] = [d for d in httpx.get(f"{health}/v1/drain-list").json()["nodes"] if d["node"] == "api05"]
+    assert (drain["state"], drain["origin"], drain["reason"]) == (
+        "draining",
+        "auto",
+        "fleetsight: GPUXidUncorrectable (alertmanager)",
+    )
+    [evidence] = drain["evidence"]  # the drain names what allowed it
+    assert evidence["signal"] == "GPUXidUncorrectable" and evidence["labels"]["xid"] == "79"
 
     answer = httpx.post(f"{health}/v1/preflight", json={"nodes": ["api04", "api05", "ghost"]}).json()
     assert answer["ok"] is False
@@ -105,6 +107,53 @@ def test_an_unhealthy_alert_drains_and_preflight_refuses_the_node(alertmanager: 
     post_alert(alertmanager, "GPUXidUncorrectable", "api05", ends_in=0, gpu="2", xid="79")
     wait_state(health, "api05", "healthy")
     assert all(d["node"] != "api05" for d in httpx.get(f"{health}/v1/drain-list").json()["nodes"])
+
+
+def test_blind_spots_never_drain_and_are_shown_beside_the_state(alertmanager: str, health: str) -> None:
+    """Issue 41 through a real Alertmanager: a check that could not look and a silent dcgm-exporter keep
+    their nodes fit (the latter `unobserved`), listed under blind_spots; a real fault posted at the same
+    time on another node still drains (api06: the unit of api05, so that api09's unit keeps its breaker
+    allowance for the override test)."""
+    post_alert(alertmanager, "FleetSightBlind", "api10", severity="warning", check="row_remap", reason="tls")
+    post_alert(alertmanager, "ExporterDown", "api11", severity="warning", job="dcgm")
+    post_alert(alertmanager, "PSUFailed", "api06", psu="2")
+    wait_state(health, "api06", "draining")
+    item = wait_state(health, "api11", "unobserved")
+    assert item["fit"] is True and item["reasons"] == []
+    assert [(b["signal"], b["effect"]) for b in item["blind_spots"]] == [("ExporterDown", "blind")]
+    blind = wait_until(
+        lambda: (i := node_state(health, "api10"))["blind_spots"] and i, timeout=20, what="api10's blind spot"
+    )
+    assert blind["state"] == "healthy" and blind["blind_spots"][0]["evidence"]["labels"]["reason"] == "tls"
+    drained = {d["node"] for d in httpx.get(f"{health}/v1/drain-list").json()["nodes"]}
+    assert "api06" in drained and not {"api10", "api11"} & drained
+    answer = httpx.post(f"{health}/v1/preflight", json={"nodes": ["api10", "api11"]}).json()
+    assert answer["ok"] is True
+    for name, node, labels in (
+        ("FleetSightBlind", "api10", {"check": "row_remap", "reason": "tls"}),
+        ("ExporterDown", "api11", {"job": "dcgm"}),
+        ("PSUFailed", "api06", {"psu": "2"}),
+    ):
+        post_alert(alertmanager, name, node, ends_in=0, **labels)
+
+
+def test_a_second_service_on_the_same_state_is_refused(tmp_path: Path) -> None:
+    """Two bare-metal instances on one state directory would both drain and overwrite each other's file:
+    the second one stops at start, naming the holder."""
+    import subprocess
+
+    from health.component import serve_command
+
+    process, _ = start_health(tmp_path, fast_policy(), [])
+    try:
+        second = serve_command(
+            "127.0.0.1:1", tmp_path / "state", policy=tmp_path / "policy.yml", cluster="test"
+        )
+        done = subprocess.run(second, capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert f"state directory {tmp_path / 'state'} is held by pid {process.popen.pid}" in done.stderr
+    finally:
+        process.stop()
 
 
 def test_bad_preflight_bodies_get_a_422_that_names_the_field(health: str) -> None:
@@ -195,7 +244,7 @@ def test_state_is_exported_as_metrics(health: str) -> None:
             current[labels["node"]] = labels["state"]
     api = {n["node"]: n["state"] for n in httpx.get(f"{health}/v1/nodes").json()["nodes"]}
     assert current == api
-    assert len(lines) == 6 * len(api)  # one series per state, exactly one of them 1
+    assert len(lines) == len(STATES) * len(api)  # one series per state, exactly one of them 1
     assert 'fleetsight_health_source_up{source="alertmanager"} 1.0' in text
 
 
