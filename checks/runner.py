@@ -156,19 +156,21 @@ def _get(url: str, auth: dict[str, str] | None = None) -> str:
     for, and basic auth with the password from its file. A page that cannot be had raises :class:`Blind`
     with the reason an operator fixes: unreachable, timeout, tls, unauthorised."""
     auth = auth or {}
-    options: dict[str, Any] = {"timeout": 10}
+    verify: ssl.SSLContext | bool = True
+    credentials: tuple[str, str] | None = None
     try:
         if "ca_file" in auth:
-            options["verify"] = ssl.create_default_context(cafile=auth["ca_file"])
+            verify = ssl.create_default_context(cafile=auth["ca_file"])
         if "password_file" in auth:
             password = Path(auth["password_file"]).read_text().strip()
-            options["auth"] = (auth.get("username", "prometheus"), password)
+            credentials = (auth.get("username", "prometheus"), password)
     except (OSError, ssl.SSLError) as exc:
         raise Blind("unauthorised", f"cannot load the credentials for {url}: {exc}") from None
-    if "server_name" in auth:
-        options["extensions"] = {"sni_hostname": auth["server_name"]}
+    # the name the certificate is issued for, when the URL names another (a node-local Service)
+    extensions = {"sni_hostname": auth["server_name"]} if "server_name" in auth else None
     try:
-        response = httpx.get(url, **options)
+        with httpx.Client(verify=verify, timeout=10) as client:
+            response = client.get(url, auth=credentials, extensions=extensions)
     except httpx.TimeoutException as exc:
         raise Blind("timeout", f"{url} did not answer in time: {exc}") from None
     except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:

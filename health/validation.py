@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from fastapi import Depends, FastAPI, HTTPException
 
-from fleetsight.secrets import read_secret_file
+from fleetsight.secrets import SecretFileError, read_secret_file
 
 log = logging.getLogger("fleetsight.health.validation")
 READ_TOKEN_FILE_ENV = "FLEETSIGHT_CHECKS_READ_TOKEN_FILE"  # a token with scope `read` at the checks service
@@ -153,8 +153,17 @@ def _outcome(result: dict[str, Any]) -> str:
 
 
 def _read_token() -> str | None:
-    path = os.environ.get(READ_TOKEN_FILE_ENV)
-    return read_secret_file(path, READ_TOKEN_FILE_ENV).splitlines()[0].strip() if path else None
+    """The read token's file, else the checks token the node's units already get (Debian's health unit:
+    FLEETSIGHT_CHECKS_TOKEN_FILE); none: reads go without a token (the service's open reads)."""
+    for variable in (READ_TOKEN_FILE_ENV, "FLEETSIGHT_CHECKS_TOKEN_FILE"):
+        path = os.environ.get(variable)
+        if path:
+            try:
+                return read_secret_file(path, variable).splitlines()[0].strip()
+            except SecretFileError as exc:  # the gate then reads without one, and says why it is refused
+                log.error("event=checks_token_unreadable error=%s", exc)
+                return None
+    return None
 
 
 def _refresh_loop(gate: ValidationGate, service: Any, interval: float) -> None:

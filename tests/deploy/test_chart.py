@@ -5,21 +5,25 @@ the schema rejects bad values with a message that names the value; RBAC is least
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kubernetes_validate
 import pytest
 import yaml
 from kube import CHART, helm
 
 from anomaly.jobs import DEFAULT_POD_LABEL_KEYS
-from support import REPO_ROOT
+from checks import runner
+from support import REPO_ROOT, Process, free_port
 
 FULL = Path(__file__).with_name("full-values.yaml")
 KUBE_VERSION = "1.31.0"
@@ -56,9 +60,16 @@ def test_the_chart_lints_strictly(values: list[str]) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
 
 
+@pytest.fixture(scope="module")
+def with_dcgm() -> list[dict[str, Any]]:
+    """The defaults with the chart's own dcgm-exporter (TLS and basic auth on, as by default)."""
+    return render("--set", "dcgmExporter.enabled=true")
+
+
 def test_defaults_render_the_services_without_the_operator(default: list[dict[str, Any]]) -> None:
     found = kinds(default)
-    assert sorted(found["DaemonSet"]) == ["fs-fleetsight-checks-light", "fs-fleetsight-node-agent"]
+    # no dcgm-exporter by default, so no light checks either (they would only read nothing)
+    assert sorted(found["DaemonSet"]) == ["fs-fleetsight-node-agent"]
     assert sorted(found["Deployment"]) == [
         "fs-fleetsight-anomaly",
         "fs-fleetsight-chatbot",
@@ -177,18 +188,18 @@ def test_secrets_are_only_referenced(full: list[dict[str, Any]]) -> None:
 
 
 def test_the_results_token_is_one_secret_for_the_checks_service_and_its_posters(
-    default: list[dict[str, Any]],
+    with_dcgm: list[dict[str, Any]],
 ) -> None:
     """Issue 36: a posted PASS resumes a drained node, so the service asks a token of every post; the
     chart makes it once, the service checks it, the light-check DaemonSet and the check Jobs send it."""
     (secret,) = [
-        o for o in default if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-checks-results")
+        o for o in with_dcgm if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-checks-results")
     ]
     assert secret["metadata"]["name"] == "fs-fleetsight-checks-results"
     assert len(secret["data"]["token"]) >= 48
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    service = workload(default, "Deployment", "fs-fleetsight-checks")["spec"]["template"]["spec"]
-    light = workload(default, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]["spec"]
+    service = workload(with_dcgm, "Deployment", "fs-fleetsight-checks")["spec"]["template"]["spec"]
+    light = workload(with_dcgm, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]["spec"]
     for pod in (service, light):
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["results-token"]["secret"]["secretName"] == "fs-fleetsight-checks-results"
@@ -201,7 +212,7 @@ def test_the_results_token_is_one_secret_for_the_checks_service_and_its_posters(
     assert "--results-token-file=/etc/fleetsight/results/token" in service["containers"][0]["args"]
     env = {e["name"]: e.get("value") for e in light["containers"][0]["env"]}
     assert env["FLEETSIGHT_CHECKS_TOKEN_FILE"] == "/etc/fleetsight/results/token"
-    cron = workload(default, "CronJob", "fs-fleetsight-checks-scheduler")
+    cron = workload(with_dcgm, "CronJob", "fs-fleetsight-checks-scheduler")
     args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--token-secret=fs-fleetsight-checks-results" in args  # the Jobs' FLEETSIGHT_CHECKS_TOKEN
 
@@ -377,6 +388,11 @@ def test_the_dcgm_pod_monitor_labels_series_with_node(full: list[dict[str, Any]]
         (["--set", "image.pullPolicy=Sometimes"], "image.pullPolicy"),
         (["--set", "checks.light.checks={dcgm_diag_r3}"], "checks.light.checks"),
         (["--set", "checks.light.interval=5"], "checks.light.interval"),
+        (
+            ["--set", "checks.light.externalDcgmExporter.url=dcgm:9400"],
+            "checks.light.externalDcgmExporter.url",
+        ),
+        (["--set", "checks.images.dcgmi.withFleetSight=maybe"], "checks.images.dcgmi.withFleetSight"),
     ],
     ids=[
         "port",
@@ -387,6 +403,8 @@ def test_the_dcgm_pod_monitor_labels_series_with_node(full: list[dict[str, Any]]
         "pull-policy",
         "intrusive-light",
         "busy",
+        "exporter-url",
+        "image-kind",
     ],
 )
 def test_the_schema_rejects_bad_values_naming_them(args: list[str], message: str) -> None:
@@ -401,10 +419,10 @@ def workload(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, A
 
 
 def test_the_light_checks_run_on_every_gpu_node_and_report_to_the_checks_service(
-    default: list[dict[str, Any]],
+    with_dcgm: list[dict[str, Any]],
 ) -> None:
-    light = workload(default, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]
-    agent = workload(default, "DaemonSet", "fs-fleetsight-node-agent")["spec"]["template"]
+    light = workload(with_dcgm, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]
+    agent = workload(with_dcgm, "DaemonSet", "fs-fleetsight-node-agent")["spec"]["template"]
     assert light["spec"]["nodeSelector"] == agent["spec"]["nodeSelector"]
     assert light["spec"]["tolerations"] == agent["spec"]["tolerations"]  # FleetSight's taint too
     assert light["spec"]["automountServiceAccountToken"] is False
@@ -416,10 +434,7 @@ def test_the_light_checks_run_on_every_gpu_node_and_report_to_the_checks_service
         "--check=power_brake",
         "--check=link_errors",
     ]
-    config = workload(default, "ConfigMap", "fs-fleetsight-checks-config")
-    tools = yaml.safe_load(config["data"]["tools.yml"])["tools"]
-    assert tools == {"dcgm_metrics": "http://${HOST_IP}:9400/metrics"}
-    service = workload(default, "Service", "fs-fleetsight-checks")
+    service = workload(with_dcgm, "Service", "fs-fleetsight-checks")
     assert service["spec"]["ports"][0]["port"] == 9443
     assert service["metadata"]["labels"]["fleetsight.io/job"] == "fleetsight-checks"
 
@@ -450,3 +465,222 @@ def test_without_the_checks_nothing_of_them_renders() -> None:
         "containers"
     ][0]
     assert "FLEETSIGHT_CHECKS_URL" not in {e["name"] for e in health.get("env", [])}
+
+
+# -- issue 41: checks that can run where they are deployed ---------------------------------------------------
+
+
+def light_tools(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    config = workload(objects, "ConfigMap", "fs-fleetsight-checks-config")
+    return yaml.safe_load(config["data"]["tools.yml"])["tools"]
+
+
+def light_checks(objects: list[dict[str, Any]]) -> list[str]:
+    """The checks the light DaemonSet runs; none when it is not rendered."""
+    found = [
+        o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-checks-light")
+    ]
+    if not found:
+        return []
+    (light,) = found
+    args = light["spec"]["template"]["spec"]["containers"][0]["args"]
+    return [a.removeprefix("--check=") for a in args if a.startswith("--check=")]
+
+
+def catalog() -> dict[str, Any]:
+    return yaml.safe_load((REPO_ROOT / "checks" / "catalog.yml").read_text())["checks"]
+
+
+def test_without_a_dcgm_exporter_no_light_check_reads_one(default: list[dict[str, Any]]) -> None:
+    """Installed as shipped (no dcgm-exporter of the chart's, none named): no light-check DaemonSet that
+    would read an exporter nobody runs; the tools file names no dcgm_metrics."""
+    assert "fs-fleetsight-checks-light" not in kinds(default)["DaemonSet"]
+    assert "dcgm_metrics" not in light_tools(default)
+    # a check whose source the chart does deploy still runs: h2d_bandwidth reads the chart's node agent
+    objects = render("--set", "checks.light.checks={row_remap,h2d_bandwidth,dcgm_diag_r1}")
+    assert light_checks(objects) == ["h2d_bandwidth"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", "dcgmExporter.enabled=true"],
+        ["-f", str(FULL)],
+        ["--set", "checks.light.externalDcgmExporter.url=http://${HOST_IP}:9400/metrics"],
+        ["--set", "dcgmExporter.enabled=true", "--set", "nodeAgent.enabled=false",
+         "--set", "checks.light.checks={row_remap,h2d_bandwidth,dcgm_diag_r1}"],
+    ],
+    ids=["own-exporter", "full", "external-exporter", "no-agent"],
+)  # fmt: skip
+def test_every_light_check_that_runs_has_its_tool(args: list[str]) -> None:
+    """Each check the DaemonSet runs reads a tool (as checks/catalog.yml names it) the tools file has,
+    and every listed check whose tool is there runs."""
+    objects = render(*args)
+    tools, entries = light_tools(objects), catalog()
+    running = light_checks(objects)
+    assert running
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["checks"]["light"]["checks"]
+    for arg in args:
+        if arg.startswith("checks.light.checks="):
+            values = arg.split("=", 1)[1].strip("{}").split(",")
+    values = yaml.safe_load(FULL.read_text())["checks"]["light"]["checks"] if str(FULL) in args else values
+    assert running == [n for n in values if entries[n]["tool"] in tools]
+    for name in running:
+        assert entries[name]["kind"] == "light"
+        assert entries[name]["tool"] in tools, name
+
+
+def url_parts(url: str) -> tuple[str, str, int, str]:
+    match = re.fullmatch(r"(https?)://([^/:]+):(\d+)(/.*)", url)
+    assert match, url
+    return match[1], match[2], int(match[3]), match[4]
+
+
+def test_the_light_checks_read_the_charts_dcgm_exporter_where_and_as_it_serves(
+    with_dcgm: list[dict[str, Any]],
+) -> None:
+    """The URL is the exporter's node-local Service (a pod reaches its own node's exporter, never another's),
+    over https with the chart's CA, the name its certificate is issued for and the scrape credential, all
+    mounted from the Secret the exporter serves with."""
+    entry = light_tools(with_dcgm)["dcgm_metrics"]
+    scheme, host, port, path = url_parts(entry["url"])
+    assert (scheme, path) == ("https", "/metrics")
+    # the Service the URL names selects the exporter's pods and forwards to the port it listens on
+    name, namespace, svc = host.split(".")
+    assert (namespace, svc) == ("fleetsight", "svc")
+    service = workload(with_dcgm, "Service", name)
+    assert service["spec"]["internalTrafficPolicy"] == "Local"
+    (service_port,) = [p for p in service["spec"]["ports"] if p["port"] == port]
+    exporter = dcgm_exporter(with_dcgm)
+    pod_labels = exporter["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    container = exporter["spec"]["template"]["spec"]["containers"][0]
+    (listening,) = [p for p in container["ports"] if p["name"] == service_port["targetPort"]]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DCGM_EXPORTER_LISTEN"] == f":{listening['containerPort']}"
+    # it serves TLS and basic auth from the metrics-auth Secret, the one the light pod reads the CA from
+    assert env["DCGM_EXPORTER_WEB_CONFIG_FILE"] == "/etc/fleetsight/metrics-auth/web-config.yml"
+    served = next(v for v in exporter["spec"]["template"]["spec"]["volumes"] if v["name"] == "metrics-auth")
+    light = workload(with_dcgm, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in light["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in light["volumes"]}
+    for key in ("ca_file", "password_file"):
+        folder, file = entry[key].rsplit("/", 1)
+        secret = volumes[mounts[folder]]["secret"]
+        assert secret["secretName"] == served["secret"]["secretName"]
+        assert {"key": file, "path": file} in secret["items"]
+    (auth,) = [
+        o for o in with_dcgm if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-metrics-auth")
+    ]
+    assert entry["username"] == base64.b64decode(auth["data"]["username"]).decode()
+    assert entry["server_name"] == "fleetsight-exporter"
+
+
+def test_the_light_checks_credentials_open_the_charts_exporter_tls(
+    with_dcgm: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    """End to end, with a real exporter-toolkit web configuration: the node agent (the chart's other
+    exporter, served with the same Secret as dcgm-exporter) serving the rendered Secret's files, and the
+    light checks' runner reading it with the tools entry the chart wrote. The URL's host is a Service
+    name here unresolvable, so the entry is pointed at loopback: the certificate is checked against
+    server_name, not the host, as in the pod."""
+    (auth,) = [
+        o for o in with_dcgm if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-metrics-auth")
+    ]
+    secret = {k: base64.b64decode(v).decode() for k, v in auth["data"].items()}
+    for key, value in secret.items():
+        (tmp_path / key).write_text(value)
+    web = tmp_path / "web-config.yml"
+    web.write_text(secret["web-config.yml"].replace("/etc/fleetsight/metrics-auth", str(tmp_path)))
+    (tmp_path / "host").mkdir()
+    port = free_port()
+    command = [
+        sys.executable, "-m", "fleetsight.cli", "exporter", "node", "--node", "gpu-a", "--no-nvml",
+        "--no-state", "--listen", f"127.0.0.1:{port}", f"--web.config.file={web}",
+        "--sysfs-root", str(tmp_path / "host"), "--procfs-root", str(tmp_path / "host"),
+    ]  # fmt: skip
+    entry = dict(light_tools(with_dcgm)["dcgm_metrics"])
+    for key in ("ca_file", "password_file"):
+        entry[key] = str(tmp_path / entry[key].rsplit("/", 1)[1])
+    entry["url"] = f"https://127.0.0.1:{port}/metrics"
+    process = Process("node-agent", command, tmp_path / "agent.log")
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"https://127.0.0.1:{port}/metrics", verify=False, timeout=2).status_code == 401
+        except httpx.HTTPError:
+            return False
+
+    try:
+        process.wait_for(answers, what="the node agent over TLS")
+        assert "# TYPE" in runner.Tools({"dcgm_metrics": entry}).read("dcgm_metrics", "gpu-a")
+        for wrong, reason in (
+            ({"server_name": "someone-else"}, "tls"),
+            ({"username": "nobody"}, "unauthorised"),
+        ):
+            with pytest.raises(runner.Blind) as blind:
+                runner.Tools({"dcgm_metrics": {**entry, **wrong}}).read("dcgm_metrics", "gpu-a")
+            assert blind.value.reason == reason
+    finally:
+        process.stop()
+
+
+def test_an_external_exporter_is_read_with_its_own_ca_and_password() -> None:
+    ext = "checks.light.externalDcgmExporter"
+    objects = render(
+        "--set", f"{ext}.url=https://fleetsight-gpu-metrics.gpu-operator.svc:9400/metrics",
+        "--set", f"{ext}.caSecret=gpu-operator-ca", "--set", f"{ext}.serverName=nvidia-dcgm-exporter",
+        "--set", f"{ext}.username=scraper", "--set", f"{ext}.passwordSecret=gpu-operator-scrape",
+    )  # fmt: skip
+    entry = light_tools(objects)["dcgm_metrics"]
+    assert entry["url"] == "https://fleetsight-gpu-metrics.gpu-operator.svc:9400/metrics"
+    assert (entry["server_name"], entry["username"]) == ("nvidia-dcgm-exporter", "scraper")
+    light = workload(objects, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in light["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v["secret"] for v in light["volumes"] if "secret" in v}
+    for key, secret_name in (("ca_file", "gpu-operator-ca"), ("password_file", "gpu-operator-scrape")):
+        folder, file = entry[key].rsplit("/", 1)
+        assert volumes[mounts[folder]]["secretName"] == secret_name
+        assert volumes[mounts[folder]]["items"] == [{"key": file, "path": file}]
+    assert "fs-fleetsight-metrics-auth" not in {s["secretName"] for s in volumes.values()}
+    assert light_checks(objects) == ["row_remap", "power_brake", "link_errors"]
+
+
+def test_the_intrusive_checks_jobs_run_in_the_images_of_values(
+    default: list[dict[str, Any]], full: list[dict[str, Any]]
+) -> None:
+    """checks.images, as the scheduler reads it (jobs.yml, named to the CronJob): every intrusive check's
+    tool has an image entry; dcgmi runs in NVIDIA's DCGM image, the GPU probe in FleetSight's, perftest
+    only where the operator named an image."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["checks"]["images"]
+    assert {c["tool"] for c in catalog().values() if c["kind"] == "intrusive"} <= set(values)
+    full_values = yaml.safe_load(FULL.read_text())
+    for objects, fleetsight, perftest in (
+        (default, "fleetsight:0.1.0", None),
+        (full, "registry.example.org/fleetsight:0.1.0", "registry.example.org/fleetsight-perftest:0.1.0"),
+    ):
+        config = workload(objects, "ConfigMap", "fs-fleetsight-checks-config")
+        jobs = yaml.safe_load(config["data"]["jobs.yml"])
+        dcgm = values["dcgmi"]
+        assert jobs["images"]["dcgmi"] == {
+            "image": f"{dcgm['repository']}:{dcgm['tag']}",
+            "fleetsight": False,
+        }
+        assert dcgm["repository"] == "nvcr.io/nvidia/cloud-native/dcgm" and dcgm["tag"].endswith(
+            "-ubuntu22.04"
+        )
+        assert jobs["tools"]["dcgmi"] == values["dcgmi"]["command"]
+        assert jobs["images"]["gpu_probe"] == {"image": fleetsight, "fleetsight": True}
+        if perftest is None:
+            assert "ib_write_bw" not in jobs["images"] and "ib_write_bw" not in jobs["tools"]
+        else:
+            assert jobs["images"]["ib_write_bw"] == {"image": perftest, "fleetsight": True}
+            assert jobs["tools"]["ib_write_bw"] == full_values["checks"]["images"]["ib_write_bw"]["command"]
+        cron = workload(objects, "CronJob", "fs-fleetsight-checks-scheduler")
+        pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+        assert env["FLEETSIGHT_CHECKS_JOBS_CONFIGMAP"] == config["metadata"]["name"]
+        folder, file = env["FLEETSIGHT_CHECKS_JOBS_FILE"].rsplit("/", 1)
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == folder]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["configMap"]["name"] == config["metadata"]["name"] and file in config["data"]

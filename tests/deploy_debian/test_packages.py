@@ -381,6 +381,33 @@ def env_value(path: Path, name: str) -> str:
     return line.split("=", 1)[1].strip('"')
 
 
+def unit_lines(path: Path, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in path.read_text().splitlines() if line.startswith(f"{key}=")]
+
+
+RESULTS_TOKEN = "/etc/fleetsight/checks-results-token"
+
+
+def test_the_units_read_the_root_only_checks_token_as_credentials(root: Path) -> None:
+    """Issue 41: the checks token is a root-only file; the light-check timer's unit, the checks service
+    and the health service's validation gate get it through LoadCredential= and name the copy in their
+    environment (FLEETSIGHT_CHECKS_TOKEN_FILE; the service: FLEETSIGHT_CHECKS_RESULTS_TOKEN_FILE). No
+    environment file names the on-disk path: EnvironmentFile= would override the unit's Environment=."""
+    units = root / "lib/systemd/system"
+    for unit, credential, variable in (
+        ("fleetsight-checks-light.service", "checks-token", "FLEETSIGHT_CHECKS_TOKEN_FILE"),
+        ("fleetsight-health.service", "checks-token", "FLEETSIGHT_CHECKS_TOKEN_FILE"),
+        ("fleetsight-checks.service", "results-token", "FLEETSIGHT_CHECKS_RESULTS_TOKEN_FILE"),
+    ):
+        assert unit_lines(units / unit, "LoadCredential") == [f"{credential}:{RESULTS_TOKEN}"], unit
+        assert f"{variable}=%d/{credential}" in unit_lines(units / unit, "Environment"), unit
+        assert unit_lines(units / unit, "User") == ["fleetsight"], unit  # hence a credential, not the file
+    for env in ("checks-light.env", "checks.env", "health.env"):
+        lines = (root / "etc/fleetsight" / env).read_text().splitlines()
+        active = [x for x in lines if not x.startswith("#")]
+        assert not [x for x in active if RESULTS_TOKEN in x or "TOKEN_FILE" in x], env
+
+
 def test_the_central_postinst_makes_the_events_token_the_services_read_once(
     debs: dict[str, Path], root: Path, tmp_path: Path
 ) -> None:
@@ -388,22 +415,16 @@ def test_the_central_postinst_makes_the_events_token_the_services_read_once(
     # health checks the token the anomaly service sends, and both name the file the postinst makes
     assert f"--events-token-file={token}" in env_value(root / "etc/fleetsight/health.env", "FLEETSIGHT_ARGS")
     assert env_value(root / "etc/fleetsight/anomaly.env", "FLEETSIGHT_ANOMALY_HEALTH_TOKEN_FILE") == token
-    # the checks service checks the results token the nodes' light checks send (a copy of it)
-    checks_args = env_value(root / "etc/fleetsight/checks.env", "FLEETSIGHT_ARGS")
-    assert "--results-token-file=/etc/fleetsight/checks-results-token" in checks_args
-    light_token = env_value(root / "etc/fleetsight/checks-light.env", "FLEETSIGHT_CHECKS_TOKEN_FILE")
-    assert light_token == "/etc/fleetsight/checks-results-token"
     script = control_file(debs["fleetsight-central"], "postinst", tmp_path)
     assert f"TOKEN={token}" in script
     # the installed script, run as dpkg would (configure) with the path and group moved to this test
     target = tmp_path / "health-events-token"
     group = grp.getgrgid(os.getgid()).gr_name
     runnable = script.replace(f"TOKEN={token}", f"TOKEN={target}")
-    # the checks service's results token (issue 36), made the same way
-    results = "/etc/fleetsight/checks-results-token"
-    assert f"RESULTS_TOKEN={results}" in script
+    # the checks service's results token (issue 36), made the same way but root-only (issue 41)
+    assert f"RESULTS_TOKEN={RESULTS_TOKEN}" in script
     results_target = tmp_path / "checks-results-token"
-    runnable = runnable.replace(f"RESULTS_TOKEN={results}", f"RESULTS_TOKEN={results_target}")
+    runnable = runnable.replace(f"RESULTS_TOKEN={RESULTS_TOKEN}", f"RESULTS_TOKEN={results_target}")
     runnable = runnable.replace("chgrp fleetsight", f"chgrp {group}")
     # only the package's own part: the debhelper snippets (deb-systemd-helper) act on this host's systemd
     runnable = runnable.split("# Automatically added by")[0].split("#DEBHELPER#")[0]
@@ -413,7 +434,49 @@ def test_the_central_postinst_makes_the_events_token_the_services_read_once(
     assert len(made) == 64 and int(made, 16) >= 0
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     assert len(results_target.read_text()) == 64 and results_target.read_text() != made
-    assert stat.S_IMODE(results_target.stat().st_mode) == 0o640
+    assert stat.S_IMODE(results_target.stat().st_mode) == 0o600
     target.write_text("the operator's own\n")
+    results_target.write_text("the fleet's token\n")
+    results_target.chmod(0o644)  # as an older package or a hand copy left it: tightened, content kept
     subprocess.run(["sh", "-e", "-c", runnable, "postinst", "configure"], check=True, timeout=30)
     assert target.read_text() == "the operator's own\n"
+    assert results_target.read_text() == "the fleet's token\n"
+    assert stat.S_IMODE(results_target.stat().st_mode) == 0o600
+    # the node package's empty placeholder (a host with both packages) is filled with a token
+    results_target.write_text("")
+    subprocess.run(["sh", "-e", "-c", runnable, "postinst", "configure"], check=True, timeout=30)
+    assert len(results_target.read_text()) == 64
+
+
+def test_the_node_postinst_leaves_a_root_only_placeholder_and_purge_removes_only_that(tmp_path: Path) -> None:
+    """The node package cannot know the central host's token: it makes an empty root-only file when none
+    is there (the light checks then say which file is empty, exit 3) and keeps one already installed;
+    purge removes the placeholder, never a token the operator put there."""
+    etc = tmp_path / "etc/fleetsight"
+    etc.mkdir(parents=True)
+    (etc / "exporter-web.yml").write_text("made before\n")  # the web configuration step is not this test's
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "getent").write_text("#!/bin/sh\nexit 0\n")  # the group exists: no addgroup on this host
+    (bin_dir / "getent").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    env.pop("DPKG_ROOT", None)
+
+    def run(script: str, *args: str) -> None:
+        text = (REPO / "deploy/debian/debian" / script).read_text().replace("/etc/fleetsight", str(etc))
+        for folder in ("/var/lib/fleetsight", "/var/log"):  # purge's other paths: under this test's root
+            text = text.replace(folder, f"{tmp_path}{folder}")
+        text = text.replace("command -v udevadm", "false")
+        text = text.split("#DEBHELPER#")[0]
+        subprocess.run(["sh", "-e", "-c", text, script, *args], check=True, timeout=30, env=env)
+
+    token = etc / "checks-results-token"
+    run("fleetsight-node.postinst", "configure")
+    assert token.read_text() == "" and stat.S_IMODE(token.stat().st_mode) == 0o600
+    run("fleetsight-node.postrm", "purge")
+    assert not token.exists()
+    token.write_text("the fleet's token\n")
+    run("fleetsight-node.postinst", "configure")
+    assert token.read_text() == "the fleet's token\n"
+    run("fleetsight-node.postrm", "purge")
+    assert token.read_text() == "the fleet's token\n"

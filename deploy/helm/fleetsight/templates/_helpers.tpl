@@ -226,3 +226,121 @@ basicAuth:
   password: {name: {{ $secret }}, key: password}
 {{- end }}
 {{- end -}}
+
+{{/* A node-local Service in front of a DaemonSet's port named http (internalTrafficPolicy: Local): a pod
+that connects to it reaches the pod of its own node, or nothing (then the light checks say `unreachable`,
+never another node's figures). What the light checks read the chart's exporters through. */}}
+{{- define "fleetsight.nodeLocalService" -}}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "fleetsight.name" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "fleetsight.labels" . | nindent 4 }}
+spec:
+  internalTrafficPolicy: Local
+  selector:
+    {{- include "fleetsight.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: http
+      port: {{ .port }}
+      targetPort: http
+{{- end -}}
+
+{{/* Where the light-check pod mounts the credentials it reads the exporters with: the chart's own
+(metricsAuth's Secret: ca.crt and password) and an external dcgm-exporter's (its CA, its password). */}}
+{{- define "fleetsight.lightAuthDir" -}}/etc/fleetsight/exporter-client{{- end -}}
+{{- define "fleetsight.lightExternalCaDir" -}}/etc/fleetsight/dcgm-exporter-ca{{- end -}}
+{{- define "fleetsight.lightExternalPasswordDir" -}}/etc/fleetsight/dcgm-exporter-password{{- end -}}
+
+{{/* One tools-file entry for an exporter of this chart (the dcgm-exporter, the node agent): its node-local
+Service, with metricsAuth's TLS (the chart's CA, the name the certificate is issued for) and basic auth. */}}
+{{- define "fleetsight.ownExporterTool" -}}
+{{- $root := .root -}}
+{{- $auth := $root.Values.metricsAuth -}}
+{{- $host := printf "%s.%s.svc" (include "fleetsight.name" .) $root.Release.Namespace -}}
+{{- $entry := printf "http://%s:%v/metrics" $host .port -}}
+{{- if $auth.enabled -}}
+{{- $dir := include "fleetsight.lightAuthDir" $root -}}
+{{- $entry = dict "url" (printf "https://%s:%v/metrics" $host .port) "ca_file" (printf "%s/ca.crt" $dir) "server_name" $auth.serverName "username" $auth.username "password_file" (printf "%s/password" $dir) -}}
+{{- end -}}
+{{- toJson (dict "entry" $entry) -}}
+{{- end -}}
+
+{{/* The light checks' tools file (checks/tools.yml's `tools`): dcgm_metrics is the chart's dcgm-exporter
+when dcgmExporter.enabled, else checks.light.externalDcgmExporter when it has a url, else absent;
+node_agent_metrics the chart's node agent when nodeAgent.enabled; checks.light.tools over both. */}}
+{{- define "fleetsight.lightTools" -}}
+{{- $tools := dict -}}
+{{- if .Values.dcgmExporter.enabled -}}
+{{- $own := include "fleetsight.ownExporterTool" (dict "root" . "component" "dcgm-exporter" "port" .Values.dcgmExporter.port) | fromJson -}}
+{{- $_ := set $tools "dcgm_metrics" $own.entry -}}
+{{- else if .Values.checks.light.externalDcgmExporter.url -}}
+{{- $ext := .Values.checks.light.externalDcgmExporter -}}
+{{- $entry := dict "url" $ext.url -}}
+{{- if $ext.caSecret -}}
+{{- $_ := set $entry "ca_file" (printf "%s/ca.crt" (include "fleetsight.lightExternalCaDir" .)) -}}
+{{- end -}}
+{{- with $ext.serverName -}}
+{{- $_ := set $entry "server_name" . -}}
+{{- end -}}
+{{- if $ext.passwordSecret -}}
+{{- $_ := set $entry "password_file" (printf "%s/password" (include "fleetsight.lightExternalPasswordDir" .)) -}}
+{{- $_ := set $entry "username" (required "checks.light.externalDcgmExporter.username: needed with passwordSecret" $ext.username) -}}
+{{- end -}}
+{{- if eq (len $entry) 1 -}}
+{{- $_ := set $tools "dcgm_metrics" $ext.url -}}
+{{- else -}}
+{{- $_ := set $tools "dcgm_metrics" $entry -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.nodeAgent.enabled -}}
+{{- $own := include "fleetsight.ownExporterTool" (dict "root" . "component" "node-agent" "port" .Values.nodeAgent.port) | fromJson -}}
+{{- $_ := set $tools "node_agent_metrics" $own.entry -}}
+{{- end -}}
+{{- range $name, $entry := .Values.checks.light.tools -}}
+{{- $_ := set $tools $name $entry -}}
+{{- end -}}
+{{- toJson $tools -}}
+{{- end -}}
+
+{{/* The light checks that can run: those of checks.light.checks whose tool is in the tools file (each
+check's tool as checks/catalog.yml names it). */}}
+{{- define "fleetsight.lightToolOf" -}}
+{{- toJson (dict "row_remap" "dcgm_metrics" "power_brake" "dcgm_metrics" "link_errors" "dcgm_metrics" "h2d_bandwidth" "node_agent_metrics" "dcgm_diag_r1" "dcgmi") -}}
+{{- end -}}
+
+{{- define "fleetsight.lightChecks" -}}
+{{- $tools := include "fleetsight.lightTools" . | fromJson -}}
+{{- $toolOf := include "fleetsight.lightToolOf" . | fromJson -}}
+{{- $run := list -}}
+{{- range .Values.checks.light.checks -}}
+{{- if hasKey $tools (get $toolOf .) -}}
+{{- $run = append $run . -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $run -}}
+{{- end -}}
+
+{{/* What the intrusive checks' Jobs run in (checks.images), as the file the scheduler reads: per tool with
+an image, the image and whether FleetSight is in it (`images`), and how the tool starts there (`tools`,
+checks/tools.yml's format). */}}
+{{- define "fleetsight.checkJobs" -}}
+{{- $images := dict -}}
+{{- $tools := dict -}}
+{{- range $tool, $spec := .Values.checks.images -}}
+{{- $image := "" -}}
+{{- if $spec.repository -}}
+{{- $image = printf "%s:%s" $spec.repository (required (printf "checks.images.%s.tag: needed with its repository" $tool) $spec.tag) -}}
+{{- else if eq $tool "gpu_probe" -}}
+{{- $image = include "fleetsight.image" $ -}}
+{{- end -}}
+{{- if $image -}}
+{{- $_ := set $images $tool (dict "image" $image "fleetsight" $spec.withFleetSight) -}}
+{{- $_ := set $tools $tool $spec.command -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (dict "images" $images "tools" $tools) -}}
+{{- end -}}
