@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 import httpx
+import yaml
 
 from fleetsight.logs import setup_logging
 from fleetsight.secrets import SecretFileError, read_secret_file
@@ -79,6 +80,13 @@ def catalog_command(catalog_file: Path) -> None:
     default=None,
     help="Run again every SECONDS, for ever (a container's own timer; systemd nodes use a timer unit).",
 )
+@click.option(
+    "--tool-output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Judge what the tool already printed: DIR/stdout and its exit status DIR/rc (a Kubernetes Job "
+    "whose tool ran in its own image, e.g. NVIDIA's DCGM image), instead of running it here.",
+)
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
 def run_command(
     node: str,
@@ -86,6 +94,7 @@ def run_command(
     tools: Path,
     report: str | None,
     every: float | None,
+    tool_output: Path | None,
     catalog_file: Path,
 ) -> None:
     """Run checks on this node and print one JSON result per line.
@@ -109,6 +118,13 @@ def run_command(
         raise click.ClickException(f"unknown check {unknown[0]!r}; checks are {', '.join(sorted(catalog))}")
     chosen = [catalog[n] for n in names] or [c for c in catalog.values() if not c.intrusive]
     loaded = _tools(tools)
+    if tool_output is not None:
+        if len(chosen) != 1 or every is not None:
+            raise click.UsageError("--tool-output judges one check (--check NAME), once")
+        result = runner.judge_output(chosen[0], node, tool_output)
+        click.echo(runner.dumps([result]))
+        _report(report, [result])
+        sys.exit(runner.exit_code([result]))
     if every is None:
         sys.exit(_run_once(chosen, node, loaded, report))
     setup_logging()
@@ -410,6 +426,19 @@ def periodic_units(checks_url: str, names: tuple[str, ...], every: float, nodes:
 @click.option(
     "--retry-after", default=3600.0, show_default=True, help="Seconds before a failed validation reruns."
 )
+@click.option(
+    "--jobs-file",
+    envvar="FLEETSIGHT_CHECKS_JOBS_FILE",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="jobs.yml: per tool, the image its Jobs run in and its command there (the chart's checks.images).",
+)
+@click.option(
+    "--jobs-config-map",
+    envvar="FLEETSIGHT_CHECKS_JOBS_CONFIGMAP",
+    default=None,
+    help="The ConfigMap holding jobs.yml, mounted in the Jobs that run FleetSight beside their tool.",
+)
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
 def kube_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     """One pass on Kubernetes: validation checks as pinned Jobs, then the results as node labels.
@@ -418,16 +447,24 @@ def kube_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     Examples:
       fleetsight checks kube-cycle --checks-url http://checks:9443 --health-url http://health:9441
     """
-    from .kube import KubeChecks, KubeClient
+    from .kube import KubeChecks, KubeClient, load_jobs_file
     from .slurm import validation_requests
 
     catalog = _catalog(options["catalog_file"])
+    images: dict[str, Any] = {}
+    commands: dict[str, list[str]] = {}
+    if options["jobs_file"]:
+        try:
+            images, commands = load_jobs_file(options["jobs_file"])
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise click.ClickException(f"--jobs-file: {exc}") from exc
     api = KubeClient(options["kubeconfig"])
     kube = KubeChecks(
         api, catalog, options["checks_url"], ["fleetsight"], image=options["image"],
         namespace=options["namespace"], budget=options["budget"], tools=options["tools_in_job"],
         leaf_map=load_leaf_map(options["leaf_map"]) if options["leaf_map"] else {},
-        token_secret=options["token_secret"],
+        token_secret=options["token_secret"], images=images, tool_commands=commands,
+        jobs_config_map=options["jobs_config_map"],
     )  # fmt: skip
     health = options["health_url"]
     wanted = validation_requests(health, catalog, options["retry_after"]) if health else []

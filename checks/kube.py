@@ -35,6 +35,22 @@ STARTED_ANNOTATION = "fleetsight.io/started"
 
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TOOL_OUTPUT = "/run/fleetsight/tool"  # the tool's stdout and exit status, from its own image's container
+JOBS_MOUNT = "/etc/fleetsight/checks"  # the chart's checks ConfigMap (jobs.yml) in a check's Job
+
+
+def load_jobs_file(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """jobs.yml (the chart's ConfigMap): ``images: {tool: {image, fleetsight}}`` and ``tools: {tool:
+    [command...]}``. ValueError naming the key when it has another shape."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    images, tools = raw.get("images") or {}, raw.get("tools") or {}
+    if not isinstance(images, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("image"), str) for v in images.values()
+    ):
+        raise ValueError(f"{path}: images: expected tool -> {{image, fleetsight}}")
+    if not isinstance(tools, dict) or not all(isinstance(v, list) for v in tools.values()):
+        raise ValueError(f"{path}: tools: expected tool -> command list")
+    return images, {k: [str(p) for p in v] for k, v in tools.items()}
 
 
 class KubeClient:
@@ -108,6 +124,12 @@ class KubeChecks:
     # /v1/results (scope `results`): the container gets it as FLEETSIGHT_CHECKS_TOKEN. None: no token.
     token_secret: str | None = None
     token_key: str = "token"
+    # Per tool, the image its Jobs run in (the chart's checks.images, jobs.yml): ``{image, fleetsight}``;
+    # ``fleetsight: false`` (NVIDIA's DCGM image) runs the tool in an init container whose output the
+    # FleetSight container judges. A tool not listed runs in ``image`` (a missing tool is then an unknown).
+    images: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tool_commands: Mapping[str, list[str]] = field(default_factory=dict)  # jobs.yml's `tools`
+    jobs_config_map: str | None = None  # the ConfigMap holding jobs.yml, mounted where a tool needs it
 
     def busy_nodes(self) -> set[str]:
         pods = self.api.request(
@@ -170,6 +192,28 @@ class KubeChecks:
             jobs.append(job)
         return jobs
 
+    def _tool_init_container(self, check: Check, image: str) -> dict[str, Any]:
+        """The tool in its own image (NVIDIA's DCGM image has no FleetSight): an init container with the
+        node's GPUs runs it and leaves its output and exit status in a shared emptyDir, always exiting 0
+        (dcgmi exits non-zero on a failed test, which must still be judged); the FleetSight container then
+        judges the output (`checks run --tool-output`)."""
+        command = [*self.tool_commands.get(check.tool, [check.tool]), *check.args]
+        script = (
+            f'timeout {int(2 * check.seconds)} "$@" >{TOOL_OUTPUT}/stdout 2>&1; '
+            f"echo $? >{TOOL_OUTPUT}/rc; exit 0"
+        )
+        init: dict[str, Any] = {
+            "name": "tool",
+            "image": image,
+            "command": ["sh", "-c", script, "tool", *command],
+            "volumeMounts": [{"name": "tool-output", "mountPath": TOOL_OUTPUT}],
+            # how NVIDIA runs its DCGM container: the diagnostics need the profiling and reset privileges
+            "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+        }
+        if self.gpus:
+            init["resources"] = {"limits": {"nvidia.com/gpu": str(self.gpus)}}
+        return {"initContainers": [init], "volumes": [{"name": "tool-output", "emptyDir": {}}]}
+
     def node_address(self, node: str) -> str:
         addresses = self.api.request("GET", f"/api/v1/nodes/{node}")["status"].get("addresses", [])
         internal = [a["address"] for a in addresses if a.get("type") == "InternalIP"]
@@ -180,13 +224,27 @@ class KubeChecks:
         name = job_name(check.name, node, started)
         what = side or ["checks", "run", "--node", node, "--check", check.name]
         args = [*self.command, *what, "--report", self.checks_url]
-        args += ["--tools", self.tools] if self.tools else []
-        container: dict[str, Any] = {"name": "check", "image": self.image, "command": args}
+        spec = self.images.get(check.tool)
+        pod: dict[str, Any] = {}
+        if spec is not None and not spec.get("fleetsight", True) and side is None:
+            args += ["--tool-output", TOOL_OUTPUT]
+            pod = self._tool_init_container(check, str(spec["image"]))
+        elif spec is not None and self.jobs_config_map:  # FleetSight beside the tool: jobs.yml's commands
+            args += ["--tools", f"{JOBS_MOUNT}/jobs.yml"]
+            pod = {"volumes": [{"name": "jobs", "configMap": {"name": self.jobs_config_map}}]}
+        elif self.tools:
+            args += ["--tools", self.tools]
+        image = str(spec["image"]) if spec is not None and spec.get("fleetsight", True) else self.image
+        container: dict[str, Any] = {"name": "check", "image": image, "command": args}
         if self.token_secret:
             ref = {"name": self.token_secret, "key": self.token_key}
             container["env"] = [{"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}]
-        if self.gpus:
+        if self.gpus and "initContainers" not in pod:
             container["resources"] = {"limits": {"nvidia.com/gpu": str(self.gpus)}}
+        if "volumes" in pod:
+            mount = TOOL_OUTPUT if "initContainers" in pod else JOBS_MOUNT
+            name = pod["volumes"][0]["name"]
+            container["volumeMounts"] = [{"name": name, "mountPath": mount, "readOnly": name == "jobs"}]
         labels = {CHECK_LABEL: check.name, "app.kubernetes.io/part-of": "fleetsight"}
         return {
             "apiVersion": "batch/v1",
@@ -211,6 +269,7 @@ class KubeChecks:
                             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                         ],
                         "containers": [container],
+                        **pod,
                     },
                 },
             },

@@ -200,6 +200,28 @@ def run_check(check: Check, node: str, tools: Tools, window_s: float | None = No
     return record(check, node, verdict, started, time.time())
 
 
+TIMED_OUT, NOT_FOUND = 124, 127  # `timeout`'s status when it killed the tool; the shell's, no such command
+
+
+def judge_output(check: Check, node: str, folder: Path) -> dict[str, Any]:
+    """Judge what the tool printed in another container (``folder/stdout``, its status ``folder/rc``):
+    no output file, a command not found or a timeout is an unknown, as when the tool runs here."""
+    started = time.time()
+    try:
+        status = (folder / "rc").read_text().strip() if (folder / "rc").exists() else ""
+        if not (folder / "stdout").exists() or status == str(NOT_FOUND):
+            raise Blind("tool_missing", f"{check.tool} did not run in its container (no output in {folder})")
+        if status == str(TIMED_OUT):
+            raise Blind("timeout", f"{check.tool} timed out after {2 * check.seconds:.0f} s")
+        judge = parsers.ONE_SHOT.get(check.parser)
+        if judge is None:
+            raise Blind("not_run", f"{check.name} is not judged from one output ({check.parser})")
+        verdict = judge((folder / "stdout").read_text(errors="replace"), check.params)
+    except Blind as blind:
+        verdict = blind.verdict()
+    return record(check, node, verdict, started, time.time())
+
+
 def _judge(check: Check, node: str, tools: Tools, window_s: float | None) -> parsers.Verdict:
     if check.parser == "link_errors":  # the same page twice, a window apart: a measurement, not a wait
         before = tools.read(check.tool, node)
