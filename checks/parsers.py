@@ -415,11 +415,20 @@ def ib_write_bw_gbits(text: str) -> float:
     return value if header.group(1) == "Gb/sec" else value * 8 / 1000  # MB/sec: 10^6 bytes
 
 
+# perftest's words when the TCP handshake (management network) worked but the RDMA queue pair could not
+# be brought up over the InfiniBand link: the tool and the partner answered, the link did not. That is
+# evidence against the link (a port down on either end), not a blind spot.
+LINK_FAILURES = ("Unable to Connect the HCA's through the link", "to RTR")
+
+
 @never_raises("ib_write_bw")
 def ib_write_bw(text: str, params: dict[str, Any]) -> Verdict:
     try:
         gbits = ib_write_bw_gbits(text)
     except ValueError as exc:
+        if BW_HEADER.search(text) is None and any(words in text for words in LINK_FAILURES):
+            evidence = {"output_head": text[:HEAD]}
+            return Verdict.judged(False, "ib_write_bw: the link did not come up (queue pair)", evidence)
         return unreadable("ib_write_bw", str(exc), text)
     limit = float(params.get("min_gbits", 0))
     evidence = {"gbits": round(gbits, 2), "min_gbits": limit}

@@ -630,3 +630,13 @@ def test_a_port_slow_with_most_partners_is_blamed_not_its_partner() -> None:
     verdicts = port_verdicts(measured, 350)
     assert not verdicts[("a", "mlx5_3")]["passed"]
     assert verdicts[("b", "mlx5_3")]["passed"] and verdicts[("c", "mlx5_3")]["passed"]
+
+
+def test_a_link_that_does_not_come_up_fails_ib_write_bw_and_a_silent_tool_is_unknown() -> None:
+    """perftest reached its partner over TCP but could not bring the queue pair up over the link (its own
+    words): evidence against the link. Output with neither figures nor those words says nothing."""
+    down = "Failed to modify QP 1234 to RTR\n Unable to Connect the HCA's through the link\n"
+    verdict = parsers.ib_write_bw(down, {"min_gbits": 350})
+    assert verdict.outcome == "failed" and "link did not come up" in verdict.summary
+    silent = parsers.ib_write_bw("Couldn't connect to 10.0.0.2:18515\n", {"min_gbits": 350})
+    assert (silent.outcome, silent.reason) == ("unknown", "unreadable")
