@@ -148,6 +148,8 @@ def _run(command: list[str], timeout: float) -> str:
         raise Blind("tool_missing", f"tool not executable: {command[0]}") from None
     except subprocess.TimeoutExpired:
         raise Blind("timeout", f"{command[0]} timed out after {timeout:.0f} s") from None
+    if done.returncode in (NOT_FOUND, 126) and not done.stdout.strip():  # a wrapper's shell: no such tool
+        raise Blind("tool_missing", f"{command[0]}: {done.stderr.strip()[:200] or 'command not found'}")
     return done.stdout if done.stdout.strip() else done.stderr
 
 

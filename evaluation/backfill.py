@@ -192,7 +192,7 @@ class ExporterCapture:
         self.writer.flush_logs()
         for node, name in enumerate(sim.nodes):
             target = {"node": name, "cluster": self.cluster}
-            if not sim.alive[node]:
+            if not sim.answers(node, "node_agent"):
                 # The agent runs on the host: it dies with it and starts again (from its state) on boot.
                 agent = self.agents.pop(node, None)
                 if agent is not None:

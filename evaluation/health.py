@@ -29,6 +29,11 @@ from twin.truth import Fault, load_faults
 
 AROUND_THE_TWIN = ("slack-sink", "alertmanager", "exporter-node", "exporter-fabric", "anomaly", "prometheus")
 SEVERITY_ORDER = ("healthy", "unobserved", "degraded", "unhealthy", "draining", "drained", "repair")
+# States that take a node out of service: for a fault that is not the node's hardware (the truth's
+# "hardware": false: a silent or blind source, a missing tool, Fabric Manager down, an application's
+# Xids) reaching one of them is a wrong drain; reaching "degraded" is a wrong degrade ("unobserved" is
+# what a blind node should show).
+DRAIN_STATES = ("unhealthy", "draining", "drained", "repair")
 
 
 @dataclass
@@ -184,17 +189,22 @@ def tail(path: Path, lines: int = 8) -> str:
         return ""
 
 
-def summarize(fault: Fault, timeline: Timeline | None) -> dict[str, Any]:
+def summarize(fault: Fault, timeline: Timeline | None, node: str | None = None) -> dict[str, Any]:
     """State reached (the most severe), its reasons, seconds from onset to the first change and to the
-    most severe state, and seconds from the fault's end back to healthy."""
+    most severe state, and seconds from the fault's end back to healthy; on ``node`` (one of the hosts
+    that a fault without a node of its own touched: a crashed job's), else on the fault's node. A fault
+    that is not the hardware's gets a verdict: right (the node stayed in service, not degraded), wrong
+    drain or wrong degrade."""
     row: dict[str, Any] = {
         "kind": fault.kind,
-        "node": fault.node or "-",
+        "node": node or fault.node or "-",
         "state": "healthy",
         "reasons": [],
         "first_change_s": None,
         "worst_s": None,
         "back_healthy_s": None,
+        "hardware": fault.hardware,
+        "verdict": "" if fault.hardware else "right",
     }
     if timeline is None:
         return row
@@ -213,12 +223,27 @@ def summarize(fault: Fault, timeline: Timeline | None) -> dict[str, Any]:
     healthy_again = [t for t, s, _ in after if t >= end and s == "healthy"]
     if healthy_again:
         row["back_healthy_s"] = round(healthy_again[0] - end)
+    if not fault.hardware and worst[1] in DRAIN_STATES:
+        row["verdict"] = "wrong drain"
+    elif not fault.hardware and worst[1] == "degraded":
+        row["verdict"] = "wrong degrade"
     return row
+
+
+def fault_rows(faults: list[Fault], timelines: dict[str, Timeline]) -> list[dict[str, Any]]:
+    """One row per fault and node it touched (a crashed job's: every node of the job)."""
+    touched = [(fault, node) for fault in faults for node in (fault.nodes or [""])]
+    return [summarize(fault, timelines.get(node), node or None) for fault, node in touched]
+
+
+def wrong_drains(rows: list[dict[str, Any]]) -> list[str]:
+    """``kind node`` of every fault that is not the hardware's whose node was drained (or repaired)."""
+    return [f"{r['kind']} {r['node']}" for r in rows if r.get("verdict") == "wrong drain"]
 
 
 def bystanders(faults: list[Fault], timelines: dict[str, Timeline]) -> dict[str, list[str]]:
     """Nodes with no fault of their own that left healthy: the signals that moved them."""
-    faulty = {f.node for f in faults}
+    faulty = {node for f in faults for node in f.nodes}
     moved: dict[str, list[str]] = {}
     for node, timeline in timelines.items():
         if node in faulty:
@@ -233,8 +258,8 @@ def bystanders(faults: list[Fault], timelines: dict[str, Timeline]) -> dict[str,
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| fault kind | node | state reached | reasons | first change after onset | most severe after onset "
-        "| healthy again after the fault ended |",
-        "|---|---|---|---|---|---|---|",
+        "| healthy again after the fault ended | not the hardware: verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
 
@@ -243,7 +268,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
         lines.append(
             f"| {r['kind']} | {r['node']} | {r['state']} | {', '.join(r['reasons']) or '-'} | "
-            f"{secs(r['first_change_s'])} | {secs(r['worst_s'])} | {secs(r['back_healthy_s'])} |"
+            f"{secs(r['first_change_s'])} | {secs(r['worst_s'])} | {secs(r['back_healthy_s'])} | "
+            f"{r.get('verdict') or '-'} |"
         )
     return "\n".join(lines)
 
@@ -259,10 +285,11 @@ def run_check(scenario: Path, folder: Path, port_base: int, policy: Path, settle
         until = started + parse_duration(raw["duration"], "duration") + settle_s
         timelines, breaker_alerts = stack.observe(until=until)
         faults = stack.faults()
-        rows = [summarize(f, timelines.get(f.node or "")) for f in faults]
+        rows = fault_rows(faults, timelines)
         drain_list = httpx.get(stack.settings.url("health", "/v1/drain-list"), timeout=5).json()
         return {
             "rows": rows,
+            "wrong_drains": wrong_drains(rows),
             "bystanders": bystanders(faults, timelines),
             "problems": stack.problems(),
             "held_by_breaker": breaker_history(timelines),

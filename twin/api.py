@@ -55,6 +55,20 @@ def redfish_error(message: str) -> dict[str, Any]:
     }
 
 
+def redfish_unavailable(node: str) -> dict[str, Any]:
+    """The body of a BMC that does not answer its Redfish service (telemetry_dropout, source bmc)."""
+    message = f"The service of the BMC of {node} is temporarily unavailable. Retry in 60 seconds."
+    return {
+        "error": {
+            "code": "Base.1.15.ServiceTemporarilyUnavailable",
+            "message": message,
+            "@Message.ExtendedInfo": [
+                {"MessageId": "Base.1.15.ServiceTemporarilyUnavailable", "Message": message}
+            ],
+        }
+    }
+
+
 def ufm_links(base: str) -> dict[str, str]:
     return {
         "base": f"{base}/ufm",
@@ -78,6 +92,8 @@ class Views:
         if index is None:
             return JSON(redfish_error(f"unknown node {node!r}"), status_code=404)
         with self.lock:
+            if not self.sim.answers(index, "bmc"):
+                return JSON(redfish_unavailable(node), status_code=503, headers={"Retry-After": "60"})
             body = build(self.sim, index)
         return JSON(body, headers={"OData-Version": "4.0"})
 
@@ -123,6 +139,10 @@ class Views:
     def redfish_missing(self, node: str, path: str) -> Response:
         if node not in self.sim.node_index:
             return JSON(redfish_error(f"unknown node {node!r}"), status_code=404)
+        with self.lock:
+            silent = not self.sim.answers(self.sim.node_index[node], "bmc")
+        if silent:
+            return JSON(redfish_unavailable(node), status_code=503, headers={"Retry-After": "60"})
         return JSON(redfish_error(f"resource /{path.strip('/')} not found"), status_code=404)
 
     # ----------------------------------------------------------------------------------- UFM

@@ -9,6 +9,10 @@ real host it runs the real tools and on the twin these:
     python -m twin.checks --faults FAULTS --node n0004 ib_write_bw -d mlx5_2 ... -p 18517        (server)
     python -m twin.checks --faults FAULTS --node n0003 ib_write_bw -d mlx5_2 ... -p 18517 n0004  (client)
 
+A tool that a ``check_tool_missing`` fault names for the node is not there: the stand-in prints what
+``sh -c`` prints for a command it cannot find (dash: ``sh: 1: dcgmi: not found``) on stderr, nothing on
+stdout, and exits 127, as the tool's wrapper (a shell, srun, a container's entry point) would.
+
 FAULTS is the twin's ground-truth file (``*.truth.jsonl``: faults active now count) or a YAML mapping
 ``node: [{kind, gpu?, port?}]``. Which level runs which test is DCGM 4's own suite (NVIDIA/DCGM
 ``nvvs/src/NvidiaValidationSuite.cpp`` ``FillTestVectors``, v4.2.3 to v4.6.0; tests/fixtures/dcgmi/
@@ -246,6 +250,21 @@ def ib_pair(faults_file: Path, node: str, args: list[str], wait_s: float = 300.0
     return text, 0 if "RDMA_Write" in text else 1
 
 
+# The stand-in's tool words, the checks catalogue's tool names (checks/tools.yml) and the binary each runs
+# on a node (what the shell reports missing when a check_tool_missing fault names the tool there).
+TOOLS = {"dcgmi": "dcgmi", "gpu-probe": "gpu_probe", "ib_write_bw": "ib_write_bw"}
+BINARIES = {"dcgmi": "dcgmi", "gpu_probe": "fleetsight-gpu-probe", "ib_write_bw": "ib_write_bw"}
+NOT_FOUND_EXIT = 127  # POSIX shells' exit status for a command that is not found
+
+
+def missing_tool(tool: str, faults: list[dict[str, Any]]) -> str | None:
+    """The binary the node lacks for this stand-in tool word (a check_tool_missing fault names its
+    catalogue tool), or None when it is installed."""
+    name = TOOLS.get(tool)
+    missing = {f.get("tool") for f in faults if f["kind"] == "check_tool_missing"}
+    return BINARIES[name] if name is not None and name in missing else None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 5 or argv[0] != "--faults" or argv[2] != "--node":
         print(
@@ -254,6 +273,10 @@ def main(argv: list[str]) -> int:
         )
         return 2
     faults, tool, args = active_faults(Path(argv[1]), argv[3]), argv[4], argv[5:]
+    binary = missing_tool(tool, faults)
+    if binary is not None:  # the node has no such tool: the shell's words and status, nothing on stdout
+        print(f"sh: 1: {binary}: not found", file=sys.stderr)
+        return NOT_FOUND_EXIT
     if tool == "dcgmi" and "-r" in args:
         run = args[args.index("-r") + 1] if args.index("-r") + 1 < len(args) else ""
         level = SUITES.get(run.lower(), 0)

@@ -72,6 +72,11 @@ THROTTLE_SW_THERMAL = 0x20
 THROTTLE_HW_THERMAL = 0x40
 THROTTLE_HW_POWER_BRAKE = 0x80
 
+# DCGM_FI_DEV_FABRIC_MANAGER_STATUS (dcgmFabricManagerStatus_t, as DCGM maps NVML's GPU fabric state):
+# 0 not supported (no NVSwitch), 1 not started, 2 in progress, 3 success, 4 failure.
+FABRIC_NOT_STARTED = 1
+FABRIC_SUCCESS = 3
+
 
 def stable_hash(*parts: object) -> int:
     """A per-fault random seed that, unlike hash(), does not change between processes."""
@@ -112,6 +117,7 @@ class LogLine:
     t: float  # sim seconds
     node: int
     text: str
+    log: str = "kernel"  # which of the node's logs: kernel (kern.log) or fabricmanager (fabricmanager.log)
 
 
 @dataclass

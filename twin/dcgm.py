@@ -51,6 +51,7 @@ SIMULATED: dict[int, str] = {
     155: "power",  # DCGM_FI_DEV_POWER_USAGE
     156: "energy_mj",  # DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION
     164: "power_limit",  # DCGM_FI_DEV_ENFORCED_POWER_LIMIT
+    170: "fabric_status",  # DCGM_FI_DEV_FABRIC_MANAGER_STATUS (3 success, 1 not started: Fabric Manager down)
     202: "pcie_replay",  # DCGM_FI_DEV_PCIE_REPLAY_COUNTER
     203: "gpu_util",  # DCGM_FI_DEV_GPU_UTIL
     204: "mem_copy_util",  # DCGM_FI_DEV_MEM_COPY_UTIL

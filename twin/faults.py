@@ -143,3 +143,24 @@ BOOT_LINES = (
     "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:15 UTC 2024",
     "Lustre: Lustre: Build Version: 2.15.4",
 )
+
+
+# NVIDIA Fabric Manager's own lines after its stamp (its log's layout, "[Mon DD YYYY HH:MM:SS] [LEVEL]
+# [tid N] text", pipelines/ingest/fabricmanager.json): when the service stops, and when it runs again.
+def fabric_manager_stopped_lines(tid: int) -> list[str]:
+    """The service stops: the switches keep the routes they were given, but no GPU can register with the
+    NVLink fabric until it runs again (a CUDA program that starts meanwhile gets "system not yet
+    initialized")."""
+    return [
+        f"[INFO] [tid {tid}] Received signal 15, Fabric Manager is shutting down",
+        f"[ERROR] [tid {tid}] Fabric Manager is not running: GPU fabric registration is unavailable",
+    ]
+
+
+def fabric_manager_started_lines(tid: int, driver: str) -> list[str]:
+    return [
+        f"[INFO] [tid {tid}] Fabric Manager version {driver} is running with the following configuration "
+        "options",
+        f"[INFO] [tid {tid}] Successfully configured all the available NVSwitches to route GPU NVLink "
+        "traffic.",
+    ]

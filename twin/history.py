@@ -82,7 +82,7 @@ class HistoryRecorder:
         if self.ticks >= self.history.present.shape[0]:
             return
         tick, history = self.ticks, self.history
-        answered = sim.alive.copy()
+        answered = sim.alive & (sim.silenced["dcgm-exporter"] == 0)  # down, or silent (telemetry_dropout)
         rate = sim.scenario.scrape_failure_rate
         if rate:
             answered &= self.rng.random(len(sim.nodes)) >= rate

@@ -40,7 +40,34 @@ SILENT_KINDS = ("hbm_silent_corruption",)
 # Faults of a fabric switch, not of a node: their target is a leaf switch (twin/hardware.py Topology),
 # and every host cabled to it sees them. Apart from FAULT_KINDS for the same reason as SILENT_KINDS.
 SWITCH_KINDS = ("leaf_flap",)
-ALL_KINDS = FAULT_KINDS + BENIGN_KINDS + SILENT_KINDS + SWITCH_KINDS
+# What goes wrong that is not the node's hardware: FleetSight's own sources going silent or blind, the
+# operator's mistakes, an application's errors. Listed in the truth with "hardware": false, so that an
+# evaluation counts a drain for one of them as a wrong drain. Apart from FAULT_KINDS for the same reason.
+NOT_HARDWARE_KINDS = (
+    "telemetry_dropout",  # a source stops answering on a node: dcgm-exporter, the node agent or the BMC
+    "profiling_dropout",  # DCGM's profiling fields read 0 (the profiling module taken by another client)
+    "xid_storm",  # one application Xid logged many times on one GPU
+    "job_crash_xids",  # an application Xid on every GPU of every node of one job at once
+    "check_tool_missing",  # an active check's tool is not installed on a node
+    "fabric_manager_down",  # NVIDIA Fabric Manager stops on a node
+)
+ALL_KINDS = FAULT_KINDS + BENIGN_KINDS + SILENT_KINDS + SWITCH_KINDS + NOT_HARDWARE_KINDS
+# telemetry_dropout's sources: the canonical name, and the other spellings a scenario may use.
+TELEMETRY_SOURCES = {
+    "dcgm-exporter": ("dcgm-exporter", "dcgm_exporter", "dcgm"),
+    "node_agent": ("node_agent", "node agent", "node-agent", "fleetsight-node"),
+    "bmc": ("bmc", "redfish"),
+}
+# check_tool_missing's tools: the checks catalogue's tool names (checks/tools.yml), and other spellings.
+CHECK_TOOLS = {
+    "dcgmi": ("dcgmi",),
+    "gpu_probe": ("gpu_probe", "gpu-probe", "fleetsight-gpu-probe"),
+    "ib_write_bw": ("ib_write_bw",),
+}
+# The Xids an application causes (Fire-Flyer's "software-triggered" codes: the GPU is fine, the process
+# faulted or was killed): the only codes of xid_storm and job_crash_xids, whose truth says "not the
+# hardware" (a hardware Xid is kind xid).
+APPLICATION_XIDS = (13, 31, 43, 45)
 
 # What "magnitude" means per kind, and its default.
 DEFAULT_MAGNITUDE: dict[str, float] = {
@@ -61,6 +88,12 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "dataloader_hiccup": 10.0,  # seconds the node's data loader stalls
     "os_jitter": 1.04,  # compute-time multiplier of the node
     "slow_rank_logging": 1.02,  # compute-time multiplier of the node whose rank logs slowly
+    "telemetry_dropout": 1.0,
+    "profiling_dropout": 1.0,
+    "xid_storm": 300.0,  # times the one Xid line is logged
+    "job_crash_xids": 1.0,
+    "check_tool_missing": 1.0,
+    "fabric_manager_down": 1.0,
 }
 
 # The range of magnitudes physics allows, per kind (inclusive); outside it `validate` refuses.
@@ -82,6 +115,12 @@ MAGNITUDE_RANGE: dict[str, tuple[float, float, str]] = {
     "dataloader_hiccup": (1.0, 120.0, "seconds of data-loader stall, 1..120"),
     "os_jitter": (1.0, 1.5, "a compute-time multiplier 1..1.5"),
     "slow_rank_logging": (1.0, 1.2, "a compute-time multiplier 1..1.2"),
+    "telemetry_dropout": (1.0, 1.0, "1 (the source does not answer)"),
+    "profiling_dropout": (1.0, 1.0, "1 (the profiling fields read 0)"),
+    "xid_storm": (2.0, 10000.0, "the number of times the Xid line is logged, 2..10000"),
+    "job_crash_xids": (1.0, 1.0, "1 (every GPU of the job logs the Xid once)"),
+    "check_tool_missing": (1.0, 1.0, "1 (the tool is not installed)"),
+    "fabric_manager_down": (1.0, 1.0, "1 (Fabric Manager is not running)"),
 }
 # Target keys each kind understands (node is required unless noted in _fault).
 TARGET_KEYS: dict[str, set[str]] = {
@@ -102,6 +141,18 @@ TARGET_KEYS: dict[str, set[str]] = {
     "dataloader_hiccup": {"node"},
     "os_jitter": {"node"},
     "slow_rank_logging": {"node", "rank"},
+    "telemetry_dropout": {"node", "source"},
+    "profiling_dropout": {"node", "gpu"},  # no gpu: every GPU of the node (the usual case)
+    "xid_storm": {"node", "gpu", "code"},
+    "job_crash_xids": {"job", "code"},
+    "check_tool_missing": {"node", "tool"},
+    "fabric_manager_down": {"node"},
+}
+# Target keys a kind cannot do without (node aside: _fault checks it), and what they mean.
+REQUIRED_TARGET: dict[str, tuple[str, str]] = {
+    "telemetry_dropout": ("source", "the source that stops answering: dcgm-exporter, node_agent or bmc"),
+    "job_crash_xids": ("job", "the id of the job that crashes (one of jobs)"),
+    "check_tool_missing": ("tool", "the missing tool: dcgmi, gpu_probe or ib_write_bw"),
 }
 GPUS_PER_NODE = 8
 IB_PORTS_PER_NODE = 10
@@ -536,7 +587,22 @@ def _check_target(
     if "code" in target:
         _index(target["code"], f"{where}.code", 201)
     if "job" in target and str(target["job"]) not in jobs:
-        raise ScenarioError(f"{where}.job: no job {target['job']!r} in jobs")
+        known = ", ".join(sorted(jobs)) or "none"
+        raise ScenarioError(f"{where}.job: no job {target['job']!r} in jobs (known: {known})")
+    if kind in ("xid_storm", "job_crash_xids") and int(str(target.get("code", 13))) not in APPLICATION_XIDS:
+        raise ScenarioError(
+            f"{where}.code: a {kind} is an application's Xid, one of "
+            f"{', '.join(map(str, APPLICATION_XIDS))}; got {target['code']!r} (a hardware Xid is kind xid)"
+        )
+
+
+def _canonical(value: Any, names: dict[str, tuple[str, ...]], where: str, what: str) -> str:
+    """The canonical name of one of ``names`` (any of its spellings), or a ScenarioError listing them."""
+    text = str(value).strip().lower()
+    for canonical, spellings in names.items():
+        if text in spellings:
+            return canonical
+    raise ScenarioError(f"{where}: expected {what} ({', '.join(names)}), got {value!r}")
 
 
 def _check_switch(name: Any, cluster: ClusterSpec, where: str) -> None:
@@ -564,7 +630,7 @@ def _fault(
     target = dict(_mapping(raw.get("target"), f"{where}.target"))
     node = target.get("node")
     known = set(node_names(cluster.nodes))
-    if kind not in ("lustre_ost_slow", "loss_spike", *SWITCH_KINDS) and node is None:
+    if kind not in ("lustre_ost_slow", "loss_spike", "job_crash_xids", *SWITCH_KINDS) and node is None:
         raise ScenarioError(f"{where}.target.node: a {kind} fault needs a node")
     if node is not None and node not in known:
         raise ScenarioError(
@@ -577,6 +643,16 @@ def _fault(
     if kind in SWITCH_KINDS:
         _check_switch(target.get("switch"), cluster, f"{where}.target.switch")
     _check_target(kind, target, cluster, jobs, f"{where}.target")
+    if kind in REQUIRED_TARGET:
+        key, meaning = REQUIRED_TARGET[kind]
+        if key not in target:
+            raise ScenarioError(f"{where}.target.{key}: a {kind} fault needs {meaning}")
+    if kind == "telemetry_dropout":
+        target["source"] = _canonical(
+            target["source"], TELEMETRY_SOURCES, f"{where}.target.source", "a source"
+        )
+    if kind == "check_tool_missing":
+        target["tool"] = _canonical(target["tool"], CHECK_TOOLS, f"{where}.target.tool", "a check tool")
     magnitude = raw.get("magnitude", DEFAULT_MAGNITUDE[kind])
     if not isinstance(magnitude, int | float) or isinstance(magnitude, bool):
         raise ScenarioError(f"{where}.magnitude: expected a number, got {magnitude!r}")

@@ -79,6 +79,8 @@ class TwinServer:
         with self.lock:
             if not sim.alive[index]:
                 return 503, f"node {node} is down\n"
+            if not sim.answers(index, "dcgm-exporter"):
+                return silent_exporter(node)
             if sim.scenario.scrape_failure_rate and self.random.random() < sim.scenario.scrape_failure_rate:
                 return 500, "error collecting metrics: dcgm: timeout waiting for field values\n"
             cached = self.dcgm_cache.get(node)
@@ -100,6 +102,12 @@ class TwinServer:
             "slurm": {"jobs": f"{base}/slurm/v0.0.40/jobs", "nodes": f"{base}/slurm/v0.0.40/nodes"},
             "targets": {"dcgm": f"{base}/targets/dcgm.json"},
         }
+
+
+def silent_exporter(node: str) -> tuple[int, str]:
+    """What a scrape of a dcgm-exporter that stopped answering gets (telemetry_dropout): 503, as from the
+    proxy or Service in front of a pod that is not ready; Prometheus records up = 0."""
+    return 503, f"dcgm-exporter on {node} is not answering\n"
 
 
 def app(twin: TwinServer) -> FastAPI:

@@ -37,6 +37,8 @@ import numpy as np
 from . import faults as fc
 from . import hardware as hw
 from .counters import (  # re-exported: the writers and renderers read them from here
+    FABRIC_NOT_STARTED,
+    FABRIC_SUCCESS,
     IB_COUNTERS,
     IB_HW_COUNTERS,
     LLITE_STATS,
@@ -56,7 +58,7 @@ from .counters import (  # re-exported: the writers and renderers read them from
 from .fabric import FabricMixin
 from .gpu import GpuMixin
 from .injection import ActiveFault, FaultMixin, draw_benign
-from .scenario import Scenario
+from .scenario import TELEMETRY_SOURCES, Scenario
 from .workload import JobRun, WorkloadMixin
 
 
@@ -167,6 +169,13 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         self.thermal_ratio = zeros + 1.0
         self.comm_slow = np.ones(n)
         self.loss_mult: dict[str, float] = {}
+        # FleetSight's blind spots (the not-hardware kinds): per source, how many dropouts keep it silent
+        # on each node; per GPU, how many keep DCGM's profiling fields at 0; per node, how many keep
+        # Fabric Manager down, and each GPU's fabric state as DCGM reports it.
+        self.silenced = {source: np.zeros(n, dtype=np.int64) for source in TELEMETRY_SOURCES}
+        self.profiling_blind = np.zeros((n, G), dtype=np.int64)
+        self.fabric_manager_down = np.zeros(n, dtype=np.int64)
+        self.fabric_status = np.full((n, G), FABRIC_SUCCESS, dtype=np.int64)
 
     # ----------------------------------------------------------------------------------- helpers
     def unix(self, t: float | None = None) -> float:
@@ -195,6 +204,21 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
     def hca_pci_index(self, port: int) -> int:
         return G + port
 
+    def answers(self, node: int, source: str) -> bool:
+        """Whether a node's source answers now: dcgm-exporter and the node agent run on the host (down
+        with it), the BMC has its own power and network; a telemetry_dropout silences any of them."""
+        if source not in self.silenced:
+            raise KeyError(f"unknown source {source!r}: one of {', '.join(self.silenced)}")
+        if self.silenced[source][node]:
+            return False
+        return source == "bmc" or bool(self.alive[node])
+
+    def set_fabric_manager(self, node: int, running: bool) -> None:
+        """Fabric Manager stops or runs again on a node: every GPU's fabric state follows."""
+        self.fabric_manager_down[node] += -1 if running else 1
+        down = self.fabric_manager_down[node] > 0
+        self.fabric_status[node] = FABRIC_NOT_STARTED if down else FABRIC_SUCCESS
+
     def healthy(self, node: int) -> bool:
         busy_faults = [f for f in self.active_faults if f.node == node and f.state.get("blocks_scheduling")]
         return bool(self.alive[node] and self.gpu_present[node].all() and not busy_faults)
@@ -209,10 +233,27 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         self._update_jobs()
         self._sample_jobs()
         self._update_gpus(tick)
+        self._blind_profiling()
         self._update_ib(tick)
         self._update_lustre(tick)
         self._update_power()
         self.tick_index += 1
+
+    def _blind_profiling(self) -> None:
+        """DCGM's profiling fields read 0 on the GPUs whose profiling module another client holds; power,
+        clocks and utilisation come from other sources and keep their values."""
+        blind = self.profiling_blind > 0
+        if blind.any():
+            for array in (
+                self.tensor,
+                self.gr_active,
+                self.sm_active,
+                self.sm_occupancy,
+                self.dram_active,
+                self.pcie_tx,
+                self.pcie_rx,
+            ):
+                array[blind] = 0.0
 
     # ----------------------------------------------------------------------------------- reboot
     def _reboot(self, node: int, reason: str) -> None:

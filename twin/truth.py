@@ -34,6 +34,12 @@ TRUTH_KEYS = (
 # Every line this twin writes also has these (docs/twin.md): the event's own part in its job's pace.
 # Files written before they existed lack them, so load_truth does not require them.
 PACE_KEYS = ("fault_slowdown", "pacing", "masked")
+# Optional keys: "nodes", the hosts an event touched that its target does not name (a leaf switch's, a
+# crashed job's); "hardware": false on what is not the node's hardware (twin/scenario.py
+# NOT_HARDWARE_KINDS: a silent or blind source, a missing tool, Fabric Manager down, an application's
+# Xids), where a drain, a repair or a degraded state is a wrong one. A line without it is the hardware's
+# (or benign: "benign" says so).
+OPTIONAL_KEYS = ("nodes", "hardware")
 
 
 class TruthError(ValueError):
@@ -95,7 +101,15 @@ class Fault:
     benign: bool = False
     job: str | None = None
     magnitude: Any = None
+    hardware: bool = True  # False: not the node's hardware (the line's "hardware": false)
     line: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def nodes(self) -> list[str]:
+        """The hosts the event touched: its target's node, else the line's "nodes" (a job's, a switch's)."""
+        if self.node:
+            return [self.node]
+        return [str(n) for n in self.line.get("nodes") or []]
 
     @classmethod
     def from_line(cls, entry: dict[str, Any]) -> Fault:
@@ -113,6 +127,7 @@ class Fault:
             benign=bool(entry.get("benign", False)),
             job=str(entry["job"]) if entry.get("job") is not None else None,
             magnitude=entry.get("magnitude"),
+            hardware=entry.get("hardware", True) is not False,
             line=entry,
         )
 

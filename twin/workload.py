@@ -370,6 +370,17 @@ class WorkloadMixin:
                         "CUDA kernel errors might be asynchronously reported at some other API call, so the "
                         "stacktrace below might be incorrect."
                     )
+                elif reason == "job_crash":  # the job's own code: every rank faults at once
+                    text = (
+                        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+                    )
+                elif reason == "fabric_manager" and n == node:  # no NVLink fabric to register with
+                    text = (
+                        "RuntimeError: CUDA error: system not yet initialized\n"
+                        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                        "stacktrace below might be incorrect."
+                    )
                 elif reason == "nccl_ib" and n == node:
                     text = (
                         f"{self.nodes[n]}:{4000 + rank}:{4100 + rank} [{local}] "

@@ -396,15 +396,17 @@ class TreeWriter:
         """Append the kernel and application log lines produced since the last flush, and new truth."""
         sim = self.sim
         by_node: dict[int, list[str]] = defaultdict(list)
+        fabric: dict[int, list[str]] = defaultdict(list)
         for line in sorted(sim.kernel_lines, key=lambda item: item.t):
             unix = sim.unix(line.t)
+            if line.log == "fabricmanager":  # Fabric Manager's own line (twin/injection.py fmlog)
+                fabric[line.node].append(f"[{fabric_manager_stamp(unix)}] {line.text}\n")
+                continue
             stamp = dmesg_stamp(unix - sim.boot_unix[line.node])
             by_node[line.node].append(
                 f"{syslog_time(unix)} {sim.nodes[line.node]} kernel: {stamp} {line.text}\n"
             )
-        fabric: dict[int, list[str]] = defaultdict(list)
-        for line in sim.kernel_lines:
-            fm_line = fabric_manager_line(sim.unix(line.t), line.node, line.text)
+            fm_line = fabric_manager_line(unix, line.node, line.text)
             if fm_line:
                 fabric[line.node].append(fm_line)
         sim.kernel_lines.clear()
@@ -474,6 +476,11 @@ SXID_LINE = re.compile(
 )
 
 
+def fabric_manager_stamp(unix: float) -> str:
+    """Fabric Manager's time stamp: "Mar 07 2024 11:52:28" (UTC on the twin)."""
+    return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%b %d %Y %H:%M:%S")
+
+
 def fabric_manager_line(unix: float, node: int, kernel_text: str) -> str | None:
     """Fabric Manager's own line for an NVSwitch error the switch driver logged (FM learns of it from the
     driver and names the switch by bus id (8-digit domain), physical id and port); None for other lines."""
@@ -481,7 +488,7 @@ def fabric_manager_line(unix: float, node: int, kernel_text: str) -> str | None:
     if match is None:
         return None
     switch, domain, bus, code, severity, link = match.groups()
-    stamp = dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%b %d %Y %H:%M:%S")
+    stamp = fabric_manager_stamp(unix)
     return (
         f"[{stamp}] [ERROR] [tid {2000 + node}] detected NVSwitch {severity.lower()} error {code} on fid 0 "
         f"on NVSwitch pci bus id {int(domain, 16):08x}:{bus} physical id {switch} port {link}\n"

@@ -153,3 +153,15 @@ def test_a_real_failure_still_fails_beside_an_unknown(tmp_path: Path, checks_ser
     metrics = httpx.get(f"{checks_service}/metrics").text
     assert 'fleetsight_check_passed{check="row_remap",cluster="test",node="n0001"} 0.0' in metrics
     assert 'fleetsight_check_unknown{check="row_remap"' not in metrics  # the newer result replaced it
+
+
+def test_a_tool_missing_behind_a_wrapper_shell_is_tool_missing() -> None:
+    """A site's tools file often starts the tool through a shell (`sh -c 'nv-hostengine ...; dcgmi ...'`):
+    the shell, not the tool, is what runs, and it exits 127 with "not found" when the tool is absent."""
+    from checks import runner
+    from checks.catalog import load_catalog
+
+    tools = runner.Tools({"dcgmi": ["sh", "-c", "dcgmi-not-installed-here diag -r 1 -j"]})
+    result = runner.run_check(load_catalog()["dcgm_diag_r1"], "n0001", tools)
+    assert (result["outcome"], result["reason"]) == ("unknown", "tool_missing")
+    assert "not found" in result["summary"]

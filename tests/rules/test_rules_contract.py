@@ -37,6 +37,9 @@ ISSUE_ALERTS = {
     "HealthEventLag",  # issue 37: the health service's own event backlog
     "ActiveCheckFailed",  # issue 36: rules/checks.yml
     "FleetSightBlind",  # issue 41: rules/checks.yml, a check that could not look
+    "DCGMProfilingBlind",  # issue 41: rules/blindness.yml, profiling fields at 0 on busy GPUs
+    "FabricManagerDown",  # issue 41: rules/blindness.yml, NVIDIA Fabric Manager not running
+    "GPUAppXidsAcrossJobs",  # issue 41: rules/gpu.yml, application Xids that follow one GPU across jobs
 }
 # Alerts about a whole cluster (or a central service), not one node: their description names the
 # cluster instead.
