@@ -32,7 +32,7 @@ from . import anomaly as anomaly_eval
 from .alerts import EvaluationError, ScenarioResult, as_json, evaluate_scenario, median, merge, work_folder
 from .backfill import CaptureOptions, backfill_blocks
 from .dashboards import check_history
-from .health import markdown, run_check
+from .health import markdown, node_markdown, run_check
 from .scenarios import (
     agent_step_option,
     duration_option,
@@ -547,7 +547,9 @@ def health_command(scenario: Path, out: Path, policy_path: Path, port_base: int 
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from exc
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    table = markdown(report["rows"])
+    table = markdown(report["rows"]) + "\n\nEvery node:\n\n" + node_markdown(report["nodes"])
+    wrong = report["nodes_out_of_service_without_a_hardware_fault"]
+    table += f"\n\nNodes out of service without a hardware fault: {len(wrong)} {wrong or ''}"
     (out / "report.md").write_text(table + "\n")
     click.echo(table)
     for name, problem in report["problems"].items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,17 @@ from health.component import events_token_file, serve_command
 from health.policy import parse_duration
 from twin.truth import Fault, load_faults
 
-AROUND_THE_TWIN = ("slack-sink", "alertmanager", "exporter-node", "exporter-fabric", "anomaly", "prometheus")
+AROUND_THE_TWIN = (
+    "slack-sink",
+    "alertmanager",
+    "exporter-node",
+    "exporter-fabric",
+    "anomaly",
+    "checks",
+    "prometheus",
+)
+LIGHT_CHECK = "dcgm_diag_r1"  # the light check played on every node, through the twin's stand-in tools
+LIGHT_EVERY_S = 60.0
 SEVERITY_ORDER = ("healthy", "unobserved", "degraded", "unhealthy", "draining", "drained", "repair")
 # States that take a node out of service: for a fault that is not the node's hardware (the truth's
 # "hardware": false: a silent or blind source, a missing tool, Fabric Manager down, an application's
@@ -38,9 +49,11 @@ DRAIN_STATES = ("unhealthy", "draining", "drained", "repair")
 
 @dataclass
 class Timeline:
-    """What the health API said about one node over the run: (wall time, state, reason signals)."""
+    """What the health API said about one node over the run: (wall time, state, reason signals), and the
+    blind spots it showed (signal -> first wall time)."""
 
     samples: list[tuple[float, str, list[str]]] = field(default_factory=list)
+    blind: dict[str, float] = field(default_factory=dict)
 
 
 class TwinStack:
@@ -62,6 +75,8 @@ class TwinStack:
         self.settings = Settings(run_dir=self.folder / "run", port_base=port_base)
         self.truth = self.folder / "truth.jsonl"
         self.supervisor: Supervisor | None = None
+        self.light_ran = float("-inf")
+        self.light_errors: list[str] = []
 
     # ------------------------------------------------------------------------------ processes
     def components(self) -> list[Component]:
@@ -171,11 +186,38 @@ class TwinStack:
                 now = time.time()
                 for item in body["nodes"]:
                     signals = [r["signal"] for r in item["reasons"] if "last_seen" not in r]
-                    timelines.setdefault(item["node"], Timeline()).samples.append(
-                        (now, item["state"], signals)
-                    )
+                    timeline = timelines.setdefault(item["node"], Timeline())
+                    timeline.samples.append((now, item["state"], signals))
+                    for spot in item.get("blind_spots", []):
+                        timeline.blind.setdefault(spot["signal"], now)
+                self._light_checks(now)
                 time.sleep(interval)
         return timelines, most_breaker_alerts
+
+    def _light_checks(self, now: float) -> None:
+        """Every LIGHT_EVERY_S, the light check on every node the twin has, as a node's timer runs it: the
+        real runner and parser, the twin's stand-in for the tool (which answers "not found" where a
+        check_tool_missing fault says so), the result posted to the checks service with its token."""
+        if now - self.light_ran < LIGHT_EVERY_S or self.supervisor is None:
+            return
+        self.light_ran = now
+        from checks import runner
+        from checks.catalog import load_catalog
+        from checks.component import token_file
+
+        check = load_catalog()[LIGHT_CHECK]
+        stand_in = [sys.executable, "-m", "twin.checks", "--faults", str(self.truth), "--node", "{node}"]
+        tools = runner.Tools({"dcgmi": [*stand_in, "dcgmi"]})
+        try:
+            nodes = [
+                n["node"]
+                for n in httpx.get(self.settings.url("health", "/v1/nodes"), timeout=5).json()["nodes"]
+            ]
+            results = [runner.run_check(check, node, tools) for node in nodes]
+            token = token_file(self.settings).read_text().strip()
+            runner.post_results(self.settings.url("checks"), results, token)
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            self.light_errors.append(f"{time.strftime('%H:%M:%S')} {exc}")
 
     def faults(self) -> list[Fault]:
         """The faults the twin has begun so far (it rewrites its truth file whole as they happen)."""
@@ -236,6 +278,55 @@ def fault_rows(faults: list[Fault], timelines: dict[str, Timeline]) -> list[dict
     return [summarize(fault, timelines.get(node), node or None) for fault, node in touched]
 
 
+def node_rows(faults: list[Fault], timelines: dict[str, Timeline]) -> list[dict[str, Any]]:
+    """Every node the health service knew, faulty or not: its faults (hardware or not), the worst state
+    it reached, that state's reasons, the blind spots it showed, and the first action: seconds from the
+    node's first fault to its first state out of service (or, for a node without a hardware fault, to any
+    state that is not healthy or unobserved)."""
+    by_node: dict[str, list[Fault]] = {}
+    for fault in faults:
+        for node in fault.nodes:
+            by_node.setdefault(node, []).append(fault)
+    rows = []
+    for node, timeline in sorted(timelines.items()):
+        mine = by_node.get(node, [])
+        hardware = any(f.hardware for f in mine)
+        worst = max(timeline.samples, key=lambda x: SEVERITY_ORDER.index(x[1]), default=(0.0, "healthy", []))
+        onset = min((f.onset for f in mine), default=None)
+        acted = [t for t, st, _ in timeline.samples if st in DRAIN_STATES]
+        row = {
+            "node": node,
+            "faults": [f"{f.kind}{'' if f.hardware else ' (not hardware)'}" for f in mine],
+            "hardware_fault": hardware,
+            "worst_state": worst[1],
+            "reasons": worst[2],
+            "blind_spots": sorted(timeline.blind),
+            "first_action_s": round(acted[0] - onset) if acted and onset is not None else None,
+            "blind_alert_s": {
+                name: round(t - onset) if onset is not None else None
+                for name, t in sorted(timeline.blind.items())
+            },
+        }
+        row["wrongly_out_of_service"] = not hardware and bool(acted)
+        rows.append(row)
+    return rows
+
+
+def node_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| node | faults | worst state | reasons | blind spots (s after onset) | first action after onset |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        blind = ", ".join(f"{k} {v} s" for k, v in r["blind_alert_s"].items()) or "-"
+        action = "-" if r["first_action_s"] is None else f"{r['first_action_s']} s"
+        lines.append(
+            f"| {r['node']} | {', '.join(r['faults']) or '-'} | {r['worst_state']} | "
+            f"{', '.join(r['reasons']) or '-'} | {blind} | {action} |"
+        )
+    return "\n".join(lines)
+
+
 def wrong_drains(rows: list[dict[str, Any]]) -> list[str]:
     """``kind node`` of every fault that is not the hardware's whose node was drained (or repaired)."""
     return [f"{r['kind']} {r['node']}" for r in rows if r.get("verdict") == "wrong drain"]
@@ -286,9 +377,15 @@ def run_check(scenario: Path, folder: Path, port_base: int, policy: Path, settle
         timelines, breaker_alerts = stack.observe(until=until)
         faults = stack.faults()
         rows = fault_rows(faults, timelines)
+        nodes = node_rows(faults, timelines)
         drain_list = httpx.get(stack.settings.url("health", "/v1/drain-list"), timeout=5).json()
         return {
             "rows": rows,
+            "nodes": nodes,
+            "nodes_out_of_service_without_a_hardware_fault": [
+                n["node"] for n in nodes if n["wrongly_out_of_service"]
+            ],
+            "light_check_errors": stack.light_errors[-20:],
             "wrong_drains": wrong_drains(rows),
             "bystanders": bystanders(faults, timelines),
             "problems": stack.problems(),

@@ -57,6 +57,8 @@ def node_entries(out: Path, twin_url: str, gpu_maps: Path) -> list[dict[str, Any
             "pcie_bandwidth_file": str(out / sources["pcie_bandwidth_file"]),
             "pcie_probe": "file",
         }
+        if "agent_down_file" in sources:  # the twin plays a crashed host or a silent agent with it
+            entry["unreachable_file"] = str(out / sources["agent_down_file"])
         gpus = [{k: gpu.get(k) for k in ("gpu", "pci_bdf", "uuid")} for gpu in node.get("gpus", [])]
         if gpus:
             # The twin's GPUs by PCI address, so that Xids name them from the first scrape on.

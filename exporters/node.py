@@ -100,6 +100,13 @@ class NodeAgent:
         self.runner.close()
 
 
+# A node-set entry may name a file whose presence means "this node's agent does not answer": a simulator's
+# way to play a host that crashed or an agent that stopped (the twin writes it), as the one process that
+# serves every node cannot itself go away for one of them. The node's page is then a 503, as a scrape of
+# a dead host's agent fails.
+UNREACHABLE_KEY = "unreachable_file"
+
+
 class NodeSet:
     """Several nodes served by one process (a test bench, a simulator, a host that sees several nodes'
     files): a JSON file lists them, each an object whose keys are the agent's own option names
@@ -162,7 +169,8 @@ class NodeSet:
         built: dict[str, NodeAgent] = {}
         try:
             for name in changed:
-                built[name] = NodeAgent(self.make_options(wanted[name]))
+                options = {k: v for k, v in wanted[name].items() if k != UNREACHABLE_KEY}
+                built[name] = NodeAgent(self.make_options(options))
         except Exception:
             for agent in built.values():
                 agent.close()
@@ -213,7 +221,14 @@ def node_set_pages(nodes: NodeSet, address: str) -> Callable[[str], Page | None]
         if path.startswith("/nodes/") and path.endswith("/metrics"):
             node = path[len("/nodes/") : -len("/metrics")]
             agent = nodes.refresh().get(node)
-            return metrics_page(agent.scrape()) if agent else not_found(f"unknown node {node!r}")
+            if agent is None:
+                return not_found(f"unknown node {node!r}")
+            marker = nodes.entries.get(node, {}).get(UNREACHABLE_KEY)
+            if marker and os.path.exists(marker):
+                return Page(
+                    f"the agent of {node} does not answer\n".encode(), "text/plain; charset=utf-8", 503
+                )
+            return metrics_page(agent.scrape())
         if path == "/targets.json":
             targets = [
                 {"targets": [address], "labels": {"node": n, "__metrics_path__": f"/nodes/{n}/metrics"}}

@@ -91,6 +91,9 @@ def bmc_url(twin_url: str, node: str) -> str:
     return twin_url.rstrip("/") + BMC_URL_PATH.format(node=node)
 
 
+AGENT_DOWN_FILE = "agent.down"
+
+
 def node_sources(node: str) -> dict[str, str]:
     """A node's sources as meta.json lists them: paths relative to OUT, the BMC's path on the twin."""
     root = Path(NODES_DIR) / node
@@ -101,6 +104,9 @@ def node_sources(node: str) -> dict[str, str]:
         "kernel_log_format": KERNEL_LOG_FORMAT,
         "pcie_bandwidth_file": str(root / PCIE_BANDWIDTH_FILE),
         "bmc_path": BMC_URL_PATH.format(node=node),
+        # present while the node's agent does not answer (a crashed host, a telemetry_dropout of the
+        # node agent): the file a multi-node agent serving the twin turns into a 503 for this node
+        "agent_down_file": str(root / AGENT_DOWN_FILE),
     }
 
 

@@ -114,6 +114,7 @@ class TreeWriter:
         truthmod.check_outside(self.truth_path, out)
         self.cache = FileCache()
         self.node_roots = [str(layout.node_root(out, name)) for name in sim.nodes]
+        self.agent_down: dict[int, bool] = {}
         fsname = sim.scenario.cluster.lustre_fsname
         self.llite_dirs = [f"{fsname}-{inst}" for inst in sim.lustre_instance]
         self.truth_text = ""
@@ -290,10 +291,22 @@ class TreeWriter:
             if sim.alive[index]:
                 self._write_lustre(index, root)
                 self._write_probe(index, root)
+            self._mark_agent(index, root, sim.answers(index, "node_agent"))
         # The servers stay up when a client dies; their job_stats grow by what the clients sent.
         self.servers.update()
         for path, text in self.servers.files().items():
             self.cache.put(path, text, atomic=True)
+
+    def _mark_agent(self, index: int, root: str, answers: bool) -> None:
+        """The node agent's down marker (layout.AGENT_DOWN_FILE), written or removed when it changes."""
+        if self.agent_down.get(index, False) == (not answers):
+            return
+        marker = Path(root) / layout.AGENT_DOWN_FILE
+        if answers:
+            marker.unlink(missing_ok=True)
+        else:
+            marker.write_text("the node agent does not answer (host down or telemetry_dropout)\n")
+        self.agent_down[index] = not answers
 
     def _changed(self, key: str, values: np.ndarray, alive: np.ndarray) -> tuple[list, list, list]:
         """(nodes, columns, values) where values differ from the last written ones, on live hosts."""

@@ -55,7 +55,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_one_process_serves_every_node_and_follows_the_file(trees, tmp_path):
     nodes_file = tmp_path / "nodes.json"
-    write_nodes_file(nodes_file, [entry("n0001", trees["n0001"]), entry("n0002", trees["n0002"])])
+    down = tmp_path / "n0001.agent.down"  # a simulator's crashed host: the agent of n0001 gone
+    first = {**entry("n0001", trees["n0001"]), "unreachable_file": str(down)}
+    write_nodes_file(nodes_file, [first, entry("n0002", trees["n0002"])])
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
@@ -82,6 +84,12 @@ def test_one_process_serves_every_node_and_follows_the_file(trees, tmp_path):
         assert value(text, "fleetsight_infiniband_port_up", node="n0001", device="mlx5_0") is None
         promtool_check_metrics(text)
         assert httpx.get(f"{base}/nodes/n0009/metrics").status_code == 404
+        assert httpx.get(f"{base}/nodes/n0001/metrics").status_code == 200
+        down.write_text("host down\n")
+        assert httpx.get(f"{base}/nodes/n0001/metrics").status_code == 503  # Prometheus: up 0
+        assert httpx.get(f"{base}/nodes/n0002/metrics").status_code == 200
+        down.unlink()
+        assert httpx.get(f"{base}/nodes/n0001/metrics").status_code == 200
         # The file changes: n0002 goes, n0003 comes.
         write_nodes_file(nodes_file, [entry("n0001", trees["n0001"]), entry("n0003", trees["n0003"])])
         wait_until(lambda: targets() == {"n0001": "/nodes/n0001/metrics", "n0003": "/nodes/n0003/metrics"},
