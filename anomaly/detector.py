@@ -41,10 +41,19 @@ whatever they show (capped), so that its layout becomes its normal at once.
 Jobs of one node have no peers: the node is compared with the fleet baseline for the same GPU model
 (busy GPUs' SM clock and power) and flagged only on a hardware signal. The service never imports the
 twin; the evaluation feeds the same :class:`~anomaly.window.Window` from it.
+
+Blind nodes. A node whose profiling fields read 0 while its power says it computes (DCGM's profiling
+module held by another client), that publishes power but no tensor activity, or that has no sample at
+all (a member of the job in earlier windows whose dcgm-exporter fell silent) cannot be scored: its
+tensor activity is taken out of the window before anything is computed (it sets no peer's median), it is
+neither a candidate nor quiet (a flag it had is held, not cleared), and it is reported as a
+:class:`~anomaly.state.Blind` with its reason. A silent member keeps its row (NaN), so that the job's
+learnt state and flags survive the exporter's outage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import deque
@@ -54,10 +63,34 @@ from scipy.stats import chi2
 from sklearn.covariance import MinCovDet
 
 from .cause import cause_of, gpu_signals, hardware_signal, nanmedian, round_or_none
-from .state import CAUSES, Candidate, CycleResult, DetectorConfig, Event, JobState, NodeState, Straggler
+from .state import (
+    BLIND_REASONS,
+    CAUSES,
+    Blind,
+    Candidate,
+    CycleResult,
+    DetectorConfig,
+    Event,
+    JobState,
+    NodeState,
+    Straggler,
+    Unseen,
+)
 from .window import Window
 
-__all__ = ["CAUSES", "CycleResult", "Detector", "DetectorConfig", "Event", "Straggler"]
+__all__ = [
+    "BLIND_REASONS",
+    "CAUSES",
+    "Blind",
+    "CycleResult",
+    "Detector",
+    "DetectorConfig",
+    "Event",
+    "Straggler",
+]
+
+# A node's blind reason as a code per window row (0: seen), in BLIND_REASONS' order.
+DROPOUT, ABSENT, SILENT = 1, 2, 3
 
 
 def leave_one_out_median(values: np.ndarray) -> np.ndarray:
@@ -104,6 +137,7 @@ class Detector:
         self.calm_rows = np.zeros((0, 3))
         self.model: tuple[np.ndarray, np.ndarray] | None = None
         self.cycles = 0
+        self.unseen: dict[str, Unseen] = {}  # the nodes reported blind last cycle, by name
 
     # ------------------------------------------------------------------------------- public
     def flagged(self) -> list[Straggler]:
@@ -118,12 +152,22 @@ class Detector:
         events: list[Event] = []
         scores: list[tuple[str, str, int, float]] = []
         candidates: list[Candidate] = []
+        blind: list[Blind] = []
+        unseen: dict[str, Unseen] = {}
         counted = quiet = 0
-        fleet = self._fleet_baseline(window)
+        window = self._with_silent_members(window)
+        models = np.array([window.gpu_model.get(i, "") for i in range(len(window.nodes))])
+        fleet = self._fleet_baseline(window, models)
+        window, reasons, blind_gpus = self._blind_view(window, fleet, models)
         for job_id, node_idx in window.jobs.items():
             if not node_idx:
                 continue
             state = self._job_state(job_id, [window.nodes[i] for i in node_idx], window.gpus)
+            job_blind = reasons[node_idx] if reasons is not None else None
+            if job_blind is not None and job_blind.any():
+                self._report_blind(job_id, window, node_idx, job_blind, blind_gpus, blind, unseen)
+            else:
+                job_blind = None
             if len(node_idx) == 1:
                 self._peerless(job_id, state, window, node_idx[0], fleet, scores, events)
                 continue
@@ -131,8 +175,11 @@ class Detector:
             if scored is None:
                 quiet += 1
                 continue
+            if job_blind is not None:
+                scored.blind = job_blind > 0
             counted += 1
             candidates.append(scored)
+        self.unseen = unseen
         confirmed = self._confirm_with_model(candidates)
         for candidate, outlier in zip(candidates, confirmed, strict=True):
             self._persist(candidate, outlier, window, scores, events)
@@ -143,7 +190,118 @@ class Detector:
                     if node_state.flag is not None:
                         events.append(Event("clear", window.end, node_state.flag))
                 del self.jobs[job_id]
-        return CycleResult(scores=scores, events=events, counted_jobs=counted, quiet_jobs=quiet)
+        return CycleResult(scores=scores, events=events, counted_jobs=counted, quiet_jobs=quiet, blind=blind)
+
+    # ------------------------------------------------------------------------------- blind nodes
+    def _with_silent_members(self, window: Window) -> Window:
+        """The window with a row of NaN for every node that a job had in its earlier windows and that
+        has no sample at all now (its dcgm-exporter is silent), in the job's order: the job keeps its
+        learnt state and flags (a change of nodes starts a job afresh), and the node is seen as
+        ``no_samples``. A node that left the job (it answers, idle or in another job), or a job that
+        also gained a node, is a new layout as before. Nothing is copied when no job lost a node."""
+        jobs: dict[str, list[int]] | None = None
+        index: dict[str, int] | None = None
+        extra: list[str] = []
+        for job_id, node_idx in window.jobs.items():
+            state = self.jobs.get(job_id)
+            if state is None or not 0 < len(node_idx) < len(state.nodes):
+                continue
+            if index is None:
+                index = {name: i for i, name in enumerate(window.nodes)}
+            names = {window.nodes[i] for i in node_idx}
+            if not names <= set(state.nodes):
+                continue
+            missing = [name for name in state.nodes if name not in names]
+            if any(index.get(name, len(window.nodes)) < len(window.nodes) for name in missing):
+                continue  # it answers (idle, or in another job): it left the job
+            for name in missing:
+                if name not in index:
+                    index[name] = len(window.nodes) + len(extra)
+                    extra.append(name)
+            jobs = dict(window.jobs) if jobs is None else jobs
+            jobs[job_id] = [index[name] for name in state.nodes]
+        if jobs is None:
+            return window
+
+        def grown(array: np.ndarray, fill: float) -> np.ndarray:
+            return np.concatenate([array, np.full((len(extra), *array.shape[1:]), fill)])
+
+        nan = {key: grown(getattr(window, key), np.nan) for key in ("tensor", "power", "sm_clock", "util")}
+        zero = {key: grown(getattr(window, key), 0.0) for key in ("brake", "thermal", "pcie_downgraded")}
+        return dataclasses.replace(
+            window,
+            nodes=[*window.nodes, *extra],
+            **nan,
+            **zero,
+            h2d_bandwidth=grown(window.h2d_bandwidth, np.nan),
+            ib_errors=grown(window.ib_errors, 0.0),
+            ib_xmit_wait=grown(window.ib_xmit_wait, 0.0),
+            jobs=jobs,
+        )
+
+    def _blind_view(
+        self, window: Window, fleet: dict[str, tuple[float, float]], models: np.ndarray
+    ) -> tuple[Window, np.ndarray | None, np.ndarray | None]:
+        """Which nodes the detector cannot see, fleet-wide and vectorised: per row a reason code
+        (DROPOUT, ABSENT, SILENT; None when every node is seen), the per-GPU mask that gave it, and the
+        window to score, whose tensor activity is NaN on those rows (nothing else changes: their power
+        and clocks are NVML's and stay true).
+
+        A GPU drops out when its tensor activity reads 0 (``blind_tensor``) while it draws at least
+        ``blind_busy_ratio`` of the median power of the cycle's computing GPUs of its model and at least
+        ``blind_busy_w``, and it stays so, whatever its power, until it reads tensor activity again:
+        in a checkpoint or a stall nothing tells the module's silence from an idle GPU. One such GPU
+        takes its whole node out (a profiler on the node may also slow it a little)."""
+        cfg = self.config
+        tensor, power = window.tensor, window.power
+        busy_w = np.full(len(window.nodes), cfg.blind_busy_w)
+        for model, (_, watts) in fleet.items():
+            if math.isfinite(watts) and cfg.blind_busy_ratio * watts > cfg.blind_busy_w:
+                busy_w[models == model] = cfg.blind_busy_ratio * watts
+        dropout = (tensor <= cfg.blind_tensor) & (power >= busy_w[:, None])  # NaN compares False
+        if self.unseen:
+            alive = tensor > cfg.blind_tensor
+            index = {name: i for i, name in enumerate(window.nodes)}
+            for name, unseen in self.unseen.items():
+                row = index.get(name)
+                if row is not None and unseen.held is not None and unseen.held.shape == alive[row].shape:
+                    dropout[row] |= unseen.held & ~alive[row]
+        measured = np.isfinite(tensor)
+        absent = ~measured & np.isfinite(power)
+        silent = ~(measured | np.isfinite(power)).any(axis=1)
+        dropped, missing = dropout.any(axis=1), absent.any(axis=1)
+        if not (dropped.any() or missing.any() or silent.any()):
+            return window, None, None
+        reasons = np.where(dropped, DROPOUT, np.where(missing, ABSENT, np.where(silent, SILENT, 0)))
+        gpus = np.where(dropped[:, None], dropout, absent)
+        masked = tensor.copy()
+        masked[reasons > 0] = np.nan
+        return dataclasses.replace(window, tensor=masked), reasons, gpus
+
+    def _report_blind(
+        self,
+        job_id: str,
+        window: Window,
+        node_idx: list[int],
+        job_blind: np.ndarray,
+        blind_gpus: np.ndarray | None,
+        blind: list[Blind],
+        unseen: dict[str, Unseen],
+    ) -> None:
+        """The job's blind nodes as reports, and what the next cycle keeps of them."""
+        cluster = ""
+        for pos in np.flatnonzero(job_blind).tolist():
+            row = node_idx[pos]
+            name, code = window.nodes[row], int(job_blind[pos])
+            reason = BLIND_REASONS[code - 1]
+            before = self.unseen.get(name) or unseen.get(name)
+            since = before.since if before is not None else window.end
+            mask = blind_gpus[row].copy() if blind_gpus is not None and code != SILENT else None
+            gpus = np.flatnonzero(mask).tolist() if mask is not None else []
+            unseen[name] = Unseen(reason, since, mask if code == DROPOUT else None)
+            if row not in window.node_cluster and not cluster:  # a silent node: its peers' cluster
+                cluster = next((window.node_cluster[i] for i in node_idx if i in window.node_cluster), "")
+            blind.append(Blind(job_id, name, reason, gpus, since, window.node_cluster.get(row, cluster)))
 
     # ------------------------------------------------------------------------------- per job
     def _job_state(self, job_id: str, names: list[str], gpus: int) -> JobState:
@@ -309,7 +467,12 @@ class Detector:
         warm = state.windows <= cfg.min_history
         # Each GPU's score, max(0, z) where z is finite, as lists: one numpy call per job, not per GPU.
         scored, score = np.isfinite(z).tolist(), (np.maximum(z, 0.0) + 0.0).tolist()
+        blind = candidate.blind.tolist() if candidate.blind is not None else None
         for pos, node_index in enumerate(candidate.window_nodes):
+            if blind is not None and blind[pos]:
+                # Unseen: neither a candidate nor quiet (a flag it had holds), and it learns nothing (its
+                # activity is NaN). A slow-path average of its earlier windows must not flag it now.
+                continue
             name = window.nodes[node_index]
             node_state = state.node_state[name]
             gpu = int(np.argmax(z_clean[pos]))
@@ -572,14 +735,14 @@ class Detector:
             )
 
     # ------------------------------------------------------------------------------- one node
-    def _fleet_baseline(self, window: Window) -> dict[str, tuple[float, float]]:
-        """Per GPU model: the median SM clock and power of busy GPUs of multi-node jobs."""
+    def _fleet_baseline(self, window: Window, models: np.ndarray) -> dict[str, tuple[float, float]]:
+        """Per GPU model (``models``: each row's): the median SM clock and power of busy GPUs of
+        multi-node jobs (a GPU whose profiling reads 0 is not busy here)."""
         busy = np.zeros(window.tensor.shape, dtype=bool)
         for node_idx in window.jobs.values():
             if len(node_idx) > 1:
                 busy[node_idx] = window.tensor[node_idx] >= self.config.min_activity
         out: dict[str, tuple[float, float]] = {}
-        models = np.array([window.gpu_model.get(i, "") for i in range(len(window.nodes))])
         for model in set(models.tolist()):
             mask = busy & (models == model)[:, None]
             if mask.any():

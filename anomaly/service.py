@@ -1,6 +1,7 @@
 """The anomaly service: every cycle it reads a window from Prometheus/Thanos, runs the detector and
 publishes the stragglers as metrics (for Prometheus and the ``StragglerNode`` alert), as a REST API and
-as one structured log line per flag and clear.
+as one structured log line per flag and clear; and the nodes it cannot see (blind: profiling fields at 0
+on a busy GPU, no profiling field, no sample at all) the same ways, apart from the stragglers.
 
 A source that does not answer never stops the service: the cycle is skipped, the flags stay as they
 were, ``fleetsight_anomaly_source_up`` says 0 with the error on ``GET /v1/status``, and the next cycle
@@ -26,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from fleetsight import auth
 
-from .detector import Detector, DetectorConfig, Event, Straggler
+from .detector import Blind, Detector, DetectorConfig, Event, Straggler
 from .jobs import JobIdentity, JobRef, pod_label_keys
 from .notify import HealthNotifier
 from .source import PrometheusSource, SourceError
@@ -97,6 +98,7 @@ class AnomalyService:
         self.last_duration = 0.0
         self.last_counts = (0, 0, 0)  # nodes, jobs, quiet jobs
         self.job_nodes: list[JobNode] = []  # the last window's (job, node) pairs
+        self.blind: list[Blind] = []  # the last cycle's blind nodes of jobs
         self.notifier = HealthNotifier.from_env()  # flags and clears to the health service (optional)
 
     # ----------------------------------------------------------------------------- loop
@@ -131,6 +133,7 @@ class AnomalyService:
         result = self.detector.step(window)
         for event in result.events:
             self._log_event(event)
+        self._log_blind(result.blind, window.end)
         if self.notifier is not None:
             self.notifier.send(result.events)
         with self.lock:
@@ -145,6 +148,7 @@ class AnomalyService:
             self.last_duration = time.monotonic() - started
             self.last_counts = (len(window.nodes), len(window.jobs), result.quiet_jobs)
             self.job_nodes = job_nodes(window, self.config.cluster)
+            self.blind = result.blind
             for event in result.events:
                 if event.kind == "flag":
                     cause = event.straggler.cause
@@ -168,7 +172,32 @@ class AnomalyService:
             )
         )
 
+    def _log_blind(self, blind: list[Blind], end: float) -> None:
+        """One line when a node of a job becomes blind (or its reason changes), one when it is seen
+        again: an event, not a line per cycle."""
+        now = {(b.job, b.node): b for b in blind}
+        before = {(b.job, b.node): b for b in self.blind}
+        for key, b in sorted(now.items()):
+            if key not in before or before[key].reason != b.reason:
+                line = {"event": "node_blind", "time": iso(end), **b.as_dict(), "since": iso(b.since)}
+                log.warning(json.dumps(line, sort_keys=True))
+        for key, b in sorted(before.items()):
+            if key not in now:
+                line = {"event": "node_seen", "time": iso(end), "hpc_job": b.job, "node": b.node}
+                log.info(json.dumps({**line, "was": b.reason}, sort_keys=True))
+
     # ----------------------------------------------------------------------------- views
+    def blind_items(self, job: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            items = [b for b in self.blind if job is None or b.job == job]
+        out = []
+        for b in sorted(items, key=lambda b: (b.job, b.node)):
+            item = b.as_dict()
+            item["since"] = iso(b.since)
+            item["since_unix"] = b.since
+            out.append(item)
+        return out
+
     def straggler_items(self, job: str | None = None) -> list[dict[str, Any]]:
         with self.lock:
             items = [s for s in self.stragglers if job is None or s.job == job]
@@ -204,6 +233,7 @@ class AnomalyService:
                 "jobs": jobs,
                 "quiet_jobs": quiet,
                 "stragglers": len(self.stragglers),
+                "blind_nodes": len({(b.job, b.node) for b in self.blind}),
             }
 
 
@@ -223,6 +253,7 @@ class ServiceCollector(Collector):
             flags_total = dict(s.flags_total)
             duration, last = s.last_duration, s.last_cycle
             pairs = list(s.job_nodes)
+            blind = list(s.blind)
         yield from job_families(pairs)
         score = GaugeMetricFamily(
             "fleetsight_straggler_score",
@@ -240,6 +271,7 @@ class ServiceCollector(Collector):
         for straggler in stragglers:
             flagged.add_metric([straggler.job, straggler.node, straggler.cause], 1.0)
         yield flagged
+        yield blind_family(blind, s.config.cluster)
         yield GaugeMetricFamily(
             "fleetsight_anomaly_source_up",
             "1 when the last cycle read Prometheus/Thanos, 0 when it failed.",
@@ -271,6 +303,21 @@ class ServiceCollector(Collector):
             "End of the last window analysed (unix seconds).",
             value=last or 0.0,
         )
+
+
+def blind_family(blind: list[Blind], cluster: str = "") -> GaugeMetricFamily:
+    """``fleetsight_anomaly_node_blind``: 1 per (job, node) the detector cannot see, with the reason;
+    ``cluster`` fills in where the node's series carry none. The series vanishes when the node is seen."""
+    family = GaugeMetricFamily(
+        "fleetsight_anomaly_node_blind",
+        "1 while the straggler detector cannot see the node of the job, with the reason: "
+        "profiling_dropout (tensor activity 0 on a GPU whose power says it computes), "
+        "profiling_absent (power but no profiling field), no_samples (no sample at all).",
+        labels=["cluster", "node", "hpc_job", "reason"],
+    )
+    for b in sorted(blind, key=lambda b: (b.job, b.node)):
+        family.add_metric([b.cluster or cluster, b.node, b.job, b.reason], 1.0)
+    return family
 
 
 def job_families(pairs: list[JobNode]) -> Iterator[GaugeMetricFamily]:
@@ -331,10 +378,16 @@ def create_app(
     app.add_middleware(auth.BodyLimit)
 
     @app.get(
-        "/v1/stragglers", summary="Every flagged straggler, with cause and evidence", dependencies=reader
+        "/v1/stragglers",
+        summary="Every flagged straggler, with cause and evidence, and the nodes it cannot see (blind)",
+        dependencies=reader,
     )
     def stragglers() -> dict[str, Any]:
-        return {"stragglers": service.straggler_items(), "status": service.status()}
+        return {
+            "stragglers": service.straggler_items(),
+            "blind": service.blind_items(),
+            "status": service.status(),
+        }
 
     # `:path`: a Kubernetes job id is <namespace>/<name>.
     @app.get(
@@ -343,11 +396,12 @@ def create_app(
     def job_stragglers(job_id: str) -> dict[str, Any]:
         known = job_id in service.detector.jobs
         items = service.straggler_items(job_id)
-        if not known and not items:
+        blind = service.blind_items(job_id)
+        if not known and not items and not blind:
             raise HTTPException(
                 status_code=404, detail=f"job {job_id} is not running (not in the last window)"
             )
-        return {"hpc_job": job_id, "stragglers": items}
+        return {"hpc_job": job_id, "stragglers": items, "blind": blind}
 
     @app.get("/v1/status", summary="Source health and the last cycle", dependencies=reader)
     def status() -> dict[str, Any]:

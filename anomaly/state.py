@@ -12,6 +12,10 @@ from typing import Any
 import numpy as np
 
 CAUSES = ("power_brake", "thermal", "pcie", "network", "unknown")
+# Why the detector cannot see a node of a job (docs/anomaly.md, "Blind nodes"): its profiling fields read 0
+# while its power says it works (DCGM's profiling module held by another client), it publishes power but no
+# profiling field, or it has no sample at all (its dcgm-exporter is silent).
+BLIND_REASONS = ("profiling_dropout", "profiling_absent", "no_samples")
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,51 @@ class DetectorConfig:
     # while it built up
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
+    # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor
+    # (DCGM writes exactly 0 while another client holds the profiling module) while it draws at least
+    # blind_busy_ratio of the median power of the cycle's computing GPUs of its model (tensor activity >=
+    # min_activity), and at least blind_busy_w, is running kernels that DCGM cannot see. Half the computing
+    # median is 250-350 W on H100s that compute at 500-700 W; 250 W is rules/blindness.yml's fallback for
+    # DCGMProfilingBlind (40 % of the 700 W limit is 280 W). Both stay above an H100 waiting in NCCL
+    # (~190 W, up to ~210 W on the twin) and a loaded idle one (~100 W). The floor counts where the
+    # computing GPUs draw little: a 70B pipeline job's bubbles put their median at ~350 W on the twin
+    # (psu_cap150_16n), half of it under its GPUs that wait a whole window at tensor 0; the ratio counts
+    # for GPUs that wait above 250 W.
+    blind_tensor: float = 0.001
+    blind_busy_ratio: float = 0.5
+    blind_busy_w: float = 250.0
     seed: int = 0
+
+
+@dataclass
+class Blind:
+    """A node of a job the detector cannot see this cycle: never scored, flagged or cleared while so (a
+    flag it had is held)."""
+
+    job: str
+    node: str
+    reason: str  # one of BLIND_REASONS
+    gpus: list[int]  # the GPUs that read so; empty for no_samples (the whole node)
+    since: float  # window end of the first cycle it was seen blind (without a seen cycle since)
+    cluster: str = ""  # the node's series' cluster label where they carry one (or a peer's)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hpc_job": self.job,
+            "node": self.node,
+            "reason": self.reason,
+            "gpus": self.gpus,
+            "since": self.since,
+        }
+
+
+@dataclass
+class Unseen:
+    """What the detector keeps of a node reported blind, for the next cycle."""
+
+    reason: str
+    since: float
+    held: np.ndarray | None  # profiling_dropout: the GPUs that read 0 while busy (held while they read 0)
 
 
 @dataclass
@@ -98,6 +146,7 @@ class CycleResult:
     events: list[Event]
     counted_jobs: int
     quiet_jobs: int
+    blind: list[Blind] = field(default_factory=list)  # the jobs' blind nodes, by job and node
 
 
 @dataclass
@@ -142,3 +191,4 @@ class Candidate:
     kept_pace: np.ndarray  # per GPU: activity not below its own usual level (NaN history: True)
     resid: np.ndarray  # per GPU: deviation from peers minus the GPU's own usual offset
     scale: np.ndarray  # per GPU: the scale z divides by
+    blind: np.ndarray | None = None  # per node: blind this cycle (None: none of the job's nodes is)

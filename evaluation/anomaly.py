@@ -146,7 +146,7 @@ class TwinFeed:
 
     def _sample(self) -> dict[str, np.ndarray]:
         sim = self.sim
-        present = sim.gpu_present & sim.alive[:, None]
+        present = sim.gpu_present & sim.alive[:, None] & (sim.silenced["dcgm-exporter"] == 0)[:, None]
         out = {}
         for key, name in self.fields.items():
             if dcgm.field_id(name) not in self.published_ids:
