@@ -168,10 +168,11 @@ def test_no_cpu_collector_keeps_load_and_drops_cpu_seconds() -> None:
 
 
 def test_node_down_reads_the_scrape_job_the_stack_configures() -> None:
-    # NodeDown reads up{job=~"node|dcgm"}: `node` must be the job name node_exporter is scraped under,
+    # NodeDown reads up{job=~"node|dcgm|fleetsight-node"}: `node` must be the job name node_exporter is
+    # scraped under,
     # and the scrape must label the host as `node` (node_exporter itself publishes no node label).
     configs = node_exporter_scrape_configs(Settings())
     assert [c["job_name"] for c in configs] == ["node"]
     assert all("node" in group["labels"] for c in configs for group in c["static_configs"])
     rules = (REPO / "rules" / "node.yml").read_text()
-    assert 'up{job=~"node|dcgm"}' in rules
+    assert 'up{job=~"node|dcgm|fleetsight-node"}' in rules
