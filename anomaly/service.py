@@ -187,28 +187,19 @@ class AnomalyService:
                 log.info(json.dumps({**line, "was": b.reason}, sort_keys=True))
 
     # ----------------------------------------------------------------------------- views
-    def blind_items(self, job: str | None = None) -> list[dict[str, Any]]:
+    def _timed_items(self, kind: str, job: str | None) -> list[tuple[Any, dict[str, Any]]]:
+        """The flags or blind nodes (``kind``: the attribute) of one job or all, by job and node, each
+        with its dictionary and its start as ISO time and unix time."""
         with self.lock:
-            items = [b for b in self.blind if job is None or b.job == job]
-        out = []
-        for b in sorted(items, key=lambda b: (b.job, b.node)):
-            item = b.as_dict()
-            item["since"] = iso(b.since)
-            item["since_unix"] = b.since
-            out.append(item)
-        return out
+            chosen = [r for r in getattr(self, kind) if job is None or r.job == job]
+        chosen.sort(key=lambda r: (r.job, r.node))
+        return [(r, {**r.as_dict(), "since": iso(r.since), "since_unix": r.since}) for r in chosen]
+
+    def blind_items(self, job: str | None = None) -> list[dict[str, Any]]:
+        return [item for _, item in self._timed_items("blind", job)]
 
     def straggler_items(self, job: str | None = None) -> list[dict[str, Any]]:
-        with self.lock:
-            items = [s for s in self.stragglers if job is None or s.job == job]
-        out = []
-        for s in sorted(items, key=lambda s: (s.job, s.node)):
-            item = s.as_dict()
-            item["since"] = iso(s.since)
-            item["since_unix"] = s.since
-            item["updated"] = iso(s.updated)
-            out.append(item)
-        return out
+        return [{**item, "updated": iso(s.updated)} for s, item in self._timed_items("stragglers", job)]
 
     def status(self) -> dict[str, Any]:
         with self.lock:
