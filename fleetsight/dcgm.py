@@ -113,8 +113,8 @@ class NeededField:
     note: str = ""
 
 
-# THE list of needed fields: the DCGMFieldsMissing rules (rules/gpu.yml, written as
-# missing_field_promql() builds them; tests/rules/test_rules_contract.py holds the two together) and the
+# THE list of needed fields: the DCGMFieldsMissing rules (rules/gpu.yml, generated from it by
+# rules/dcgm_fields.py; tests/rules/test_rules_contract.py holds them to missing_field_promql()) and the
 # health service's /v1/status both read it.
 NEEDED_FIELDS: tuple[NeededField, ...] = (
     NeededField(

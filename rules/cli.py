@@ -1,5 +1,5 @@
-"""`fleetsight rules ...`: check and unit-test the rule files with both promtool generations, and score
-the alerts on the digital twin."""
+"""`fleetsight rules ...`: generate the rule files from their sources, check and unit-test them with both
+promtool generations (the alerts are scored on the digital twin by `fleetsight evaluate`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from fleetsight.settings import Settings
 
+from . import generate as generator
 from .install import PROMTOOL3_BUILD
 from .ruleset import RULES_DIR, rule_files
 
@@ -27,10 +28,12 @@ def run_promtool(binary: str, args: list[str]) -> subprocess.CompletedProcess[st
 
 @click.group(name="rules", context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Prometheus recording and alerting rules (rules/*.yml): check, unit-test, score on the twin.
+    """Prometheus recording and alerting rules (rules/*.yml, generated from rules/source/*.yml):
+    generate, check, unit-test (scored on the twin by `fleetsight evaluate`).
 
     \b
     Examples:
+      fleetsight rules generate
       fleetsight rules check
       fleetsight rules test
     """
@@ -51,6 +54,20 @@ def promtool_all(args: list[str], files: list[str]) -> None:
             click.echo((result.stdout + result.stderr).strip(), err=True)
             failed = True
     if failed:
+        raise SystemExit(1)
+
+
+@cli.command()
+@click.option("--check", "only_check", is_flag=True, help="Write nothing; exit 1 if a file differs.")
+def generate(only_check: bool) -> None:
+    """Write rules/*.yml from their sources in rules/source/ (runbook_url, `jobs`, generated rules).
+
+    \b
+    Examples:
+      fleetsight rules generate
+      fleetsight rules generate --check
+    """
+    if generator.regenerate(only_check) != 0:
         raise SystemExit(1)
 
 

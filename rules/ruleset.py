@@ -50,7 +50,8 @@ def parse_duration(text: str | int | float | None) -> float:
 
 
 def rule_files(folder: Path = RULES_DIR) -> list[Path]:
-    """The rule files Prometheus loads (`rules/*.yml`; unit tests live in rules/tests/)."""
+    """The rule files Prometheus loads (`rules/*.yml`, generated from rules/source/ by rules/generate.py;
+    unit tests live in rules/tests/)."""
     return sorted(folder.glob("*.yml"))
 
 
