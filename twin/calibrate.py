@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .scenario import from_dict
+from .scenario_fields import parse_duration
 from .sim import Simulation
 
 CALIBRATION_SCENARIO: dict[str, Any] = {
@@ -176,8 +177,6 @@ def _job_node_indices(raw: dict[str, Any]) -> list[int]:
 
 
 def _seconds(value: Any) -> float:
-    from .scenario import parse_duration
-
     return parse_duration(value, "duration")
 
 

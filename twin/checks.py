@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from .truth import load_faults
+
 GPUS = 8
 COMPUTE_PORTS = 8
 # (level from which the test runs, category, test name): DCGM 4's suites and plugin names (NVIDIA/DCGM
@@ -75,13 +77,14 @@ GEMM_TFLOPS, HBM_BYTES_PER_S, PORT_GBITS = 720.0, 2.95e12, 392.0
 
 
 def active_faults(path: Path, node: str, now: float | None = None) -> list[dict[str, Any]]:
+    """The faults active on the node now, each as ``{kind, **target}`` (what the stand-ins read): from
+    the twin's truth file (read through its typed model, twin/truth.py), or from a YAML mapping."""
     now = time.time() if now is None else now
     if path.name.endswith(".jsonl"):
-        faults = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [
-            {"kind": f["kind"], **(f.get("target") or {})}
-            for f in faults
-            if (f.get("target") or {}).get("node") == node and f["onset_unix"] <= now < f["end_unix"]
+            {"kind": fault.kind, **fault.target}
+            for fault in load_faults(path)
+            if fault.node == node and fault.onset <= now < fault.end
         ]
     return list((yaml.safe_load(path.read_text()) or {}).get(node, []))
 

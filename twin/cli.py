@@ -12,17 +12,9 @@ import click
 
 from fleetsight.logs import setup_logging
 
-from .scenario import (
-    DCGM_LABEL_MODES,
-    DCGM_XID_FORMS,
-    SHIPPED_DIR,
-    ScenarioError,
-    dcgm_settings,
-    load,
-    parse_duration,
-    parse_time,
-    resolve,
-)
+from .scenario import SHIPPED_DIR, dcgm_settings, load, resolve
+from .scenario_fields import ScenarioError, parse_duration, parse_time
+from .scenario_model import DCGM_LABEL_MODES, DCGM_XID_FORMS
 
 # The truth file's option, for every command that writes a run's folder (the evaluation layer's too).
 truth_option = click.option(

@@ -33,7 +33,7 @@ import numpy as np
 from fleetsight.dcgm import SHIPPED_COUNTERS, STOCK_COUNTERS, UPSTREAM, Counter, field_id, read_counters
 
 from . import hardware as hw
-from .scenario import DcgmSettings
+from .scenario_model import DcgmSettings
 from .sim import G, Simulation
 from .workload import JobRun
 

@@ -11,7 +11,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
-from .scenario import ClusterSpec, node_names
+from .scenario_model import ClusterSpec, node_names
 
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 GPU_TDP_W = 700.0

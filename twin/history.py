@@ -17,7 +17,7 @@ from typing import IO
 import numpy as np
 
 from . import dcgm
-from .scenario import Scenario
+from .scenario_model import Scenario
 from .sim import G, Simulation
 
 CHUNK_S = 2 * 3600  # one TSDB block per chunk: Prometheus's own block range, aligned to the epoch

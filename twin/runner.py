@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .scenario import Scenario
+from .scenario_model import Scenario
 from .server import TwinServer
 from .sim import Simulation
 from .truth import check_outside as truth_mod_check

@@ -56,9 +56,11 @@ from .counters import (  # re-exported: the writers and renderers read them from
     Stats,
 )
 from .fabric import FabricMixin
+from .fault_kinds import TELEMETRY_SOURCES
+from .fault_state import ActiveFault
 from .gpu import GpuMixin
-from .injection import ActiveFault, FaultMixin, draw_benign
-from .scenario import TELEMETRY_SOURCES, Scenario
+from .injection import FaultMixin, draw_benign
+from .scenario_model import Scenario
 from .workload import JobRun, WorkloadMixin
 
 

@@ -35,7 +35,7 @@ TRUTH_KEYS = (
 # Files written before they existed lack them, so load_truth does not require them.
 PACE_KEYS = ("fault_slowdown", "pacing", "masked")
 # Optional keys: "nodes", the hosts an event touched that its target does not name (a leaf switch's, a
-# crashed job's); "hardware": false on what is not the node's hardware (twin/scenario.py
+# crashed job's); "hardware": false on what is not the node's hardware (twin/fault_kinds.py
 # NOT_HARDWARE_KINDS: a silent or blind source, a missing tool, Fabric Manager down, an application's
 # Xids), where a drain, a repair or a degraded state is a wrong one. A line without it is the hardware's
 # (or benign: "benign" says so).
@@ -103,6 +103,12 @@ class Fault:
     magnitude: Any = None
     hardware: bool = True  # False: not the node's hardware (the line's "hardware": false)
     line: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def target(self) -> dict[str, Any]:
+        """The line's target as the scenario gave it (``node``, and ``gpu``, ``port``, ``tool``, ... per
+        kind): a copy, so that a reader cannot change the line."""
+        return dict(self.line.get("target") or {})
 
     @property
     def nodes(self) -> list[str]:

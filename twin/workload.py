@@ -10,7 +10,7 @@ import numpy as np
 
 from . import hardware as hw
 from .counters import STARTUP_S, AppLine, G
-from .scenario import MODEL_PROFILES, JobSpec
+from .scenario_model import MODEL_PROFILES, JobSpec
 
 
 @dataclass

@@ -2,7 +2,7 @@
 """Real-format log lines of every class and driver generation, with what the ingest pipeline must make
 of each (a subset of the document, dotted keys). Where the twin writes the class, its lines are here in
 the twin's format; Fabric Manager and BMC SEL lines follow the vendors' formats (the twin writes them on an
-NVSwitch fatal error and a PSU failure, in those formats: twin/writers.py)."""
+NVSwitch fatal error and a PSU failure, in those formats: twin/log_files.py)."""
 
 from __future__ import annotations
 

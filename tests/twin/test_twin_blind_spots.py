@@ -28,9 +28,10 @@ from exporters.bmc import BmcSource
 from exporters.core import Problems
 from exporters.redfish import RedfishClient
 from twin import api, checks, dcgm, hardware, layout
+from twin.fault_kinds import NOT_HARDWARE_KINDS
 from twin.history import HistoryRecorder, write_openmetrics
 from twin.runner import Runner, RunOptions
-from twin.scenario import NOT_HARDWARE_KINDS, ScenarioError, from_dict, load
+from twin.scenario import ScenarioError, from_dict, load
 from twin.server import TwinServer
 from twin.sim import Simulation
 from twin.truth import Fault, load_faults

@@ -8,7 +8,8 @@ import datetime as dt
 
 from twin import hardware as hw
 from twin import render
-from twin.scenario import FAULT_KINDS, SHIPPED_DIR, load
+from twin.fault_kinds import FAULT_KINDS
+from twin.scenario import SHIPPED_DIR, load
 from twin.sim import Simulation
 
 LEAF = "leaf-su01-rail3"

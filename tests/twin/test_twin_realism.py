@@ -19,7 +19,8 @@ from twin_helpers import FLEETSIGHT, SCENARIOS
 from fleetsight.settings import REPO_ROOT
 from twin import calibrate
 from twin.counters import THROTTLE_HW_THERMAL, THROTTLE_SW_POWER, THROTTLE_SW_THERMAL
-from twin.scenario import FAULT_KINDS, from_dict, load
+from twin.fault_kinds import FAULT_KINDS
+from twin.scenario import from_dict, load
 from twin.sim import Simulation
 from twin.truth import TRUTH_KEYS, default_truth_path, load_truth
 
