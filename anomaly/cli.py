@@ -214,7 +214,8 @@ def replay(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from .detector import Detector
-    from .source import PrometheusSource, Queries, SourceError
+    from .queries import Queries
+    from .source import PrometheusSource, SourceError
 
     now = time.time()
     start = parse_when(since, now, "--since")

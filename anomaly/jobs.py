@@ -2,7 +2,7 @@
 
 Three sources, in order of trust:
 
-1. **slurmrestd** (``--slurm-url``): the RUNNING jobs and their host lists (anomaly/source.py's client).
+1. **slurmrestd** (``--slurm-url``): the RUNNING jobs and their host lists (anomaly/scheduler.py's client).
    Scheduler ``slurm``, job id = Slurm's job id.
 2. **dcgm-exporter's ``hpc_job`` label** (``--hpc-job-mapping-dir``, Slurm's prolog writes the files):
    scheduler ``hpc_job-label``, the same job id as slurmrestd gives, so a fleet that loses slurmrestd

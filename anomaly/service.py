@@ -76,7 +76,7 @@ class AnomalyService:
     """The detection loop and its state (thread-safe reads for the API and /metrics)."""
 
     def __init__(self, config: ServiceConfig, source: PrometheusSource | None = None) -> None:
-        from .source import Queries
+        from .queries import Queries
 
         self.config = config
         self.source = source or PrometheusSource(

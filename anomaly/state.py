@@ -1,6 +1,6 @@
 """What the straggler detector is configured with, what it keeps per job and node between cycles, and
-what it reports (flags, events, each cycle's result). Data only: the scoring is in detector.py, the
-cause of a flag in cause.py."""
+what it reports (flags, events, each cycle's result). Data only: the scoring is in detector.py and
+job_model.py, the cause of a flag in cause.py."""
 
 from __future__ import annotations
 

@@ -57,8 +57,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from anomaly.queries import Queries  # noqa: E402
 from anomaly.service import AnomalyService, ServiceConfig  # noqa: E402
-from anomaly.source import PrometheusSource, Queries  # noqa: E402
+from anomaly.source import PrometheusSource  # noqa: E402
 from fleetsight.components import http_ok  # noqa: E402
 
 THANOS = REPO / ".cache" / "bin" / "thanos"

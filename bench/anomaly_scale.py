@@ -2,7 +2,7 @@
 
 For 1,024 nodes (8,192 GPUs, 50 jobs) and then 2,048 and 4,096 nodes, builds PromQL answers shaped
 like Prometheus's (one sample per GPU and field, with dcgm-exporter's labels), turns them into a window
-(`anomaly.source.build_window`, the service's parsing) and runs the detector on it (with a few
+(`anomaly.vectors.build_window`, the service's parsing) and runs the detector on it (with a few
 stragglers, checkpoints and the per-GPU spread of real fleets), after warm-up cycles that give it
 history and its covariance model. Prints CPU seconds per cycle (median, p95, max) for each part.
 
@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from anomaly.detector import Detector
-from anomaly.source import Queries, build_window
+from anomaly.queries import Queries
+from anomaly.vectors import build_window
 
 GPUS = 8
 

@@ -26,7 +26,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evaluation.anomaly import TwinFeed
+from evaluation.anomaly_feed import TwinFeed
 
 WINDOW_S = 30.0
 SPANS = ((3, 8), (6, 12), (10, 20))  # (windows after, windows before)

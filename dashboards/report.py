@@ -21,9 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
-
 from fleetsight.dcgm import promql_selector_any
+from fleetsight.prometheus import Prometheus, PrometheusError, PrometheusQueryError
 from fleetsight.xid_catalog import lookup
 
 STEP_S = 60
@@ -105,24 +104,22 @@ class Period:
         return sum(e.hours for e in self.episodes) / len(self.episodes) if self.episodes else None
 
 
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.client = httpx.Client(base_url=url, timeout=60)
-
-    def range(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
-        answer = self.client.get(
-            "/api/v1/query_range", params={"query": expr, "start": start, "end": end, "step": STEP_S}
-        ).json()
-        if answer.get("status") != "success":
-            raise ReportError(f"Prometheus refused {expr!r}: {answer.get('error')}")
-        return answer["data"]["result"]
+def query_range(prom: Prometheus, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+    """The expression's series over the period, a point a minute; any failure is the report's error (its
+    command line says it as it is)."""
+    try:
+        return prom.query_range(expr, start, end, STEP_S)
+    except PrometheusQueryError as exc:
+        raise ReportError(f"Prometheus refused {expr!r}: {exc.error}") from exc
+    except PrometheusError as exc:
+        raise ReportError(str(exc)) from exc
 
 
 def node_minutes(prom: Prometheus, expr: str, start: float, end: float) -> dict[str, dict[float, float]]:
     """node -> {minute: value} for a per-node expression."""
     return {
         series["metric"].get("node", ""): {float(t): float(v) for t, v in series["values"]}
-        for series in prom.range(expr, start, end)
+        for series in query_range(prom, expr, start, end)
     }
 
 
@@ -231,7 +228,7 @@ def nvswitch_down(prom: Prometheus, start: float, end: float) -> dict[str, list[
 
 def add_usage(prom: Prometheus, period: Period) -> None:
     for name, expr in SERIES.items():
-        result = prom.range(expr, period.start, period.end)
+        result = query_range(prom, expr, period.start, period.end)
         period.timeline[name] = [(float(t), float(v)) for t, v in result[0]["values"]] if result else []
     utilization = [v for _, v in period.timeline["utilization"]]
     period.utilization = sum(utilization) / len(utilization) if utilization else 0.0
@@ -325,12 +322,12 @@ def build_report(
     prometheus_url: str, start: float, end: float, price_per_kwh: float = 0.12
 ) -> dict[str, Any]:
     """The report's figures as JSON-ready data (also what the HTML shows)."""
-    prom = Prometheus(prometheus_url)
-    now = measure(prom, start, end)
-    try:
-        before: Period | None = measure(prom, 2 * start - end, start)
-    except ReportError:
-        before = None
+    with Prometheus(prometheus_url, timeout=60) as prom:
+        now = measure(prom, start, end)
+        try:
+            before: Period | None = measure(prom, 2 * start - end, start)
+        except ReportError:
+            before = None
     return {
         "period": {"from": iso(start), "to": iso(end), "start": start, "end": end},
         "figures": [{**asdict(f), "trend": f.trend()} for f in figures(now, before, price_per_kwh)],

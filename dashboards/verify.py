@@ -17,9 +17,10 @@ import httpx
 import yaml
 
 from fleetsight.durations import seconds
+from fleetsight.prometheus import Prometheus, PrometheusBadAnswer, PrometheusHTTPError, PrometheusQueryError
 from fleetsight.settings import Settings
 
-from . import build, catalog, templating
+from . import build, catalog, model, templating
 from .npm import npm_dir, tsc_path
 
 PROVISIONING = Path(__file__).resolve().parent / "provisioning"
@@ -35,7 +36,7 @@ class QueryResult:
     expr: str
     series: int
     error: str = ""
-    datasource: str = catalog.PROMETHEUS
+    datasource: str = model.PROMETHEUS
     skipped: str = ""  # why the target was not run (a datasource not given)
 
 
@@ -95,7 +96,7 @@ def variable_values(
 class Runner:
     """Runs targets over [start, end] as Grafana's datasources would send them."""
 
-    def __init__(self, prometheus: httpx.Client, logs: httpx.Client | None, start: float, end: float) -> None:
+    def __init__(self, prometheus: Prometheus, logs: httpx.Client | None, start: float, end: float) -> None:
         self.prometheus, self.logs, self.start, self.end = prometheus, logs, start, end
         self.sources = datasources()
 
@@ -117,18 +118,15 @@ class Runner:
 
     def run_promql(self, expr: str, instant: bool, step_ms: int) -> tuple[int, str]:
         """(series, error) of an instant query at the end, or a range query stepped by $__interval."""
-        if instant:
-            answer = self.prometheus.post("/api/v1/query", data={"query": expr, "time": f"{self.end:.3f}"})
-        else:
-            window = {"start": f"{self.start:.3f}", "end": f"{self.end:.3f}", "step": f"{step_ms / 1000:g}"}
-            answer = self.prometheus.post("/api/v1/query_range", data={"query": expr, **window})
+        start, end, step = f"{self.start:.3f}", f"{self.end:.3f}", f"{step_ms / 1000:g}"
         try:
-            body = answer.json()
-        except ValueError:
-            return 0, f"HTTP {answer.status_code}: {answer.text[:200]}"
-        if body.get("status") != "success":
-            return 0, body.get("error", f"HTTP {answer.status_code}")
-        return len(body["data"]["result"]), ""
+            if instant:
+                return len(self.prometheus.query_data(expr, end)["result"]), ""
+            return len(self.prometheus.query_range(expr, start, end, step)), ""
+        except PrometheusQueryError as exc:  # the query's fault: Prometheus's own words
+            return 0, exc.error
+        except (PrometheusHTTPError, PrometheusBadAnswer) as exc:  # no API answer (a proxy's, say)
+            return 0, str(exc)
 
     def run_logs(
         self, target: Target, source: Mapping[str, Any], values: Mapping[str, Any], interval: str
@@ -198,7 +196,8 @@ def run_queries(
     `logs_url` (skipped without one). A datasource uid that is not provisioned is an error."""
     results = []
     logs = httpx.Client(base_url=logs_url, timeout=30) if logs_url else None
-    with httpx.Client(base_url=prometheus_url, timeout=30) as prometheus:
+    # Every query as a POST form, as Grafana's Prometheus datasource sends them (its default method).
+    with Prometheus(prometheus_url, timeout=30, post_over=0) as prometheus:
         runner = Runner(prometheus, logs, at - range_s, at)
         for path in dashboard_files(folder):
             dashboard = json.loads(path.read_text())

@@ -3,21 +3,19 @@
 The evaluation layer sits above the components and imports them as any program would; no component
 imports it, and it is not part of the installed package (it needs the twin and the repository's
 scenarios). Every command takes scenarios by file or by name (twin/scenarios, evaluation/scenarios/*).
+
+The alerts' and the anomaly detector's sub-commands, with their reports, live in cli_alerts.py and
+cli_anomaly.py; the history's (backfill, dashboards) and the health service's, short, are here.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from fleetsight.logs import setup_logging
 from fleetsight.settings import Settings
@@ -28,19 +26,18 @@ from twin.history import BackfillError
 from twin.scenario import ScenarioError, parse_time
 from twin.scenario import parse_duration as scenario_duration
 
-from . import anomaly as anomaly_eval
-from .alerts import EvaluationError, ScenarioResult, as_json, evaluate_scenario, median, merge, work_folder
 from .backfill import CaptureOptions, backfill_blocks
+from .cli_alerts import alerts_command
+from .cli_anomaly import anomaly_command
 from .dashboards import check_history
 from .health import markdown, node_markdown, run_check
+from .replay import work_folder
 from .scenarios import (
     agent_step_option,
     duration_option,
     load_or_fail,
-    resolve,
     resolve_or_fail,
     scenario_option,
-    scenarios_option,
 )
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -61,324 +58,8 @@ def cli() -> None:
     """
 
 
-@cli.command("alerts")
-@scenarios_option()
-@click.option("--json", "as_json_output", is_flag=True, help="Print the results as JSON.")
-@click.option("--markdown", is_flag=True, help="Print the tables as Markdown (for docs/alerts.md).")
-@click.option(
-    "--save", type=click.Path(dir_okay=False, path_type=Path), help="Also write the JSON results here."
-)
-@click.option(
-    "--truth", type=click.Path(dir_okay=False, path_type=Path), help="Ground-truth file (one scenario only)."
-)
-@click.option("--start", default=None, help="Simulated start (ISO 8601; default: the scenario's).")
-@duration_option()
-@agent_step_option()
-@click.option(
-    "--anomaly/--no-anomaly",
-    default=True,
-    show_default=True,
-    help="Also run the anomaly service's detector offline for StragglerNode's fleetsight_straggler.",
-)
-def alerts_command(
-    scenarios: tuple[str, ...],
-    as_json_output: bool,
-    markdown: bool,
-    save: Path | None,
-    truth: Path | None,
-    start: str | None,
-    duration: str | None,
-    agent_step: str,
-    anomaly: bool,
-) -> None:
-    """Score the alerts on twin scenarios: faults caught, missed, false alerts, onset-to-firing delay.
-
-    Each scenario is backfilled (`fleetsight evaluate backfill`) into a real Prometheus started here on a
-    free loopback port; the recording rules are computed over the whole span with promtool, every
-    alert is evaluated over it (with its `for:`), and the firings are matched to the ground truth.
-
-    \b
-    Examples:
-      fleetsight evaluate alerts --scenario case_01
-      fleetsight evaluate alerts --scenario case_06 --scenario case_02 --json
-      fleetsight evaluate alerts --scenario /tmp/my_day.yaml --duration 6h
-      fleetsight evaluate alerts --scenario mixed_day --agent-step 60s
-    """
-    if truth and len(scenarios) > 1:
-        raise click.UsageError("--truth names the truth of one scenario: give one --scenario with it")
-    paths = [resolve_or_fail(s) for s in scenarios]
-    console = Console(stderr=True)
-    results: list[ScenarioResult] = []
-    failures: list[str] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=as_json_output or markdown,
-    ) as progress:
-        stages = 7  # backfill, truth, anomaly, record levels (2), alerts, done
-        task = progress.add_task("evaluating", total=len(paths) * stages)
-        for index, path in enumerate(paths):
-            base = index * stages
-            counter = iter(range(1, stages))
-
-            def stage(name: str, path: Path = path, base: int = base, counter=counter) -> None:
-                progress.update(
-                    task, description=f"{path.stem}: {name}", completed=base + next(counter, stages - 1)
-                )
-
-            try:
-                results.append(
-                    evaluate_scenario(path, work_folder(), truth, start, duration, stage, agent_step, anomaly)
-                )
-            except EvaluationError as exc:  # report it, go on with the other scenarios
-                failures.append(f"{path.name}: {exc}")
-                console.print(f"[red]{path.name}: evaluation failed[/red]: {exc}")
-            progress.update(task, completed=base + stages, description=f"{path.stem}: done")
-    if failures and not results:
-        raise click.ClickException("no scenario could be evaluated:\n" + "\n".join(failures))
-    if save:
-        save.write_text(json.dumps(as_json(results), indent=2) + "\n")
-    if as_json_output:
-        click.echo(json.dumps(as_json(results), indent=2))
-    elif markdown:
-        click.echo(markdown_tables(results))
-    else:
-        print_tables(results, Console())
-    if failures:
-        click.echo(f"{len(failures)} scenario(s) could not be evaluated:\n" + "\n".join(failures), err=True)
-        raise SystemExit(1)
-
-
-def fmt_delay(values: list[float]) -> str:
-    middle = median(values)
-    return "-" if middle is None else f"{middle:.0f} s (max {max(values):.0f})"
-
-
-def markdown_tables(results: list[ScenarioResult]) -> str:
-    """Per fault kind and per alert, summed over the scenarios, as Markdown."""
-    alerts, kinds = merge(results)
-    header = ("fault kind", "faults", "caught", "missed", "not observable", "no alert expected",
-              "delay onset->firing, median (max)", "alerts that catch it")  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for k in sorted(kinds.values(), key=lambda k: k.kind):
-        lines.append(
-            f"| {k.kind} | {k.faults} | {k.caught} | {k.missed} | {k.not_observable} | {k.no_alert_expected} "
-            f"| {fmt_delay(k.delays_s)} | {', '.join(k.expected) or '-'} |"
-        )
-    lines += [
-        "",
-        "| alert | data present | firings | true | false | faults caught | delay, median (max) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for a in sorted(alerts.values(), key=lambda a: a.alertname):
-        lines.append(
-            f"| {a.alertname} | {'yes' if a.observable else 'no'} | {a.episodes} | {a.true_episodes} "
-            f"| {a.false_episodes} | {a.faults_caught} | {fmt_delay(a.delays_s)} |"
-        )
-    lines.append("")
-    lines.append(f"False alerts: {sum(a.false_episodes for a in alerts.values())}.")
-    return "\n".join(lines)
-
-
-def print_tables(results: list[ScenarioResult], console: Console) -> None:
-    alerts, kinds = merge(results)
-    scenario_names = ", ".join(r.scenario for r in results)
-    by_kind = Table(title=f"Per fault kind ({scenario_names})")
-    for column in (
-        "fault kind",
-        "faults",
-        "caught",
-        "missed",
-        "not observable",
-        "no alert expected",
-        "delay onset->firing (median)",
-        "alerts that catch it",
-    ):
-        by_kind.add_column(column)
-    for k in sorted(kinds.values(), key=lambda k: k.kind):
-        by_kind.add_row(
-            k.kind,
-            str(k.faults),
-            str(k.caught),
-            str(k.missed),
-            str(k.not_observable),
-            str(k.no_alert_expected),
-            fmt_delay(k.delays_s),
-            ", ".join(k.expected) or "-",
-        )
-    console.print(by_kind)
-    by_alert = Table(title="Per alert")
-    for column in ("alert", "data present", "firings", "true", "false", "faults caught", "delay (median)"):
-        by_alert.add_column(column)
-    for a in sorted(alerts.values(), key=lambda a: a.alertname):
-        by_alert.add_row(
-            a.alertname,
-            "yes" if a.observable else "no",
-            str(a.episodes),
-            str(a.true_episodes),
-            str(a.false_episodes),
-            str(a.faults_caught),
-            fmt_delay(a.delays_s),
-        )
-    console.print(by_alert)
-    false_total = sum(a.false_episodes for a in alerts.values())
-    console.print(f"false alerts: {false_total}")
-    for result in results:
-        for item in result.false_alerts[:20]:
-            console.print(f"  false: {item['scenario']} {item['alertname']} {item['labels']} {item['start']}")
-        for item in result.missed_faults[:20]:
-            console.print(
-                f"  missed: {item['scenario']} {item['fault']} {item['kind']} {item['node']} {item['onset']}"
-            )
-
-
-@cli.command("anomaly", short_help="Score the detector and two baselines on the twin.")
-@scenarios_option()
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-@click.option("--cycle", type=float, default=30.0, show_default=True, help="Detection cycle (s).")
-@duration_option()
-@click.option(
-    "--flags-out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write every flag/clear as JSON lines.",
-)
-@click.option(
-    "--dcgm-labels",
-    type=click.Choice(["slurm", "kubernetes"]),
-    default=None,
-    help="Run every job as this scheduler's: slurm (jobs from slurmrestd) or kubernetes (pods with "
-    "JobSet/PyTorchJob labels, jobs from dcgm-exporter's pod labels only). Default: as the scenario says.",
-)
-def anomaly_command(
-    scenarios: tuple[str, ...],
-    as_json: bool,
-    cycle: float,
-    duration: str | None,
-    flags_out: Path | None,
-    dcgm_labels: str | None,
-) -> None:
-    """Run the detector and two baselines over the twin's simulated data (offline) and score them.
-
-    Prints precision, recall, F1 and latency per fault kind and slowdown band, and false flags per
-    1,000 node-hours on fault-free scenarios, for the detector and, beside it, the static power
-    threshold and the plain per-job z-score.
-
-    \b
-    Examples:
-      fleetsight evaluate anomaly --scenario case_01
-      fleetsight evaluate anomaly $(printf -- "--scenario %s " evaluation/scenarios/anomaly/*.yaml) --json
-      fleetsight evaluate anomaly --scenario fault_free_day --flags-out /tmp/flags.jsonl
-      fleetsight evaluate anomaly --scenario mixed_day --duration 8h
-      fleetsight evaluate anomaly --scenario case_01 --dcgm-labels kubernetes   # Kubernetes-shaped
-    """
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    try:
-        paths = [resolve(s) for s in scenarios]
-        seconds = anomaly_eval.parse_duration(duration) if duration else None
-        ticks = anomaly_eval.total_ticks(paths, seconds)
-    except (FileNotFoundError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("simulating"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("twin", total=ticks)
-        runs = [
-            anomaly_eval.run_scenario(p, cycle, lambda n: progress.advance(task, n), seconds, dcgm_labels)
-            for p in paths
-        ]
-    report = anomaly_eval.report(runs, cycle)
-    if flags_out is not None:
-        with flags_out.open("w") as handle:
-            for line in anomaly_eval.flag_log(runs):
-                handle.write(json.dumps(line) + "\n")
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def print_report(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    methods = {"detector": report, **report["baselines"]}
-    table = Table(
-        title="Stragglers per fault kind and slowdown band (episodes = faults that slow a job >= 5%)"
-    )
-    for column in (
-        "method",
-        "kind",
-        "band",
-        "episodes",
-        "precision",
-        "recall",
-        "F1",
-        "lat. median s",
-        "lat. p95 s",
-    ):
-        table.add_column(column, justify="left" if column in ("method", "kind", "band") else "right")
-    for name, figures in methods.items():
-        rows = [("all", "all", figures)]
-        rows += [(r["kind"], r["band"], r) for r in figures["by_kind_band"]]
-        for kind, band, r in rows:
-            table.add_row(
-                name,
-                kind,
-                band,
-                str(r["episodes"]),
-                _fmt(r["precision"]),
-                _fmt(r["recall"]),
-                _fmt(r["f1"]),
-                _fmt(r["latency_median_s"], 0),
-                _fmt(r["latency_p95_s"], 0),
-            )
-        table.add_section()
-    console.print(table)
-    free = Table(title="Fault-free scenarios")
-    for column in ("method", "false flags", "node-hours", "per 1,000 node-hours"):
-        free.add_column(column)
-    for name, figures in methods.items():
-        free.add_row(
-            name,
-            str(figures["false_flag_count"]),
-            _fmt(figures["fault_free_node_hours"], 1),
-            _fmt(figures["false_flags"]),
-        )
-    console.print(free)
-    target = report["at_target"]
-    console.print(
-        f"at the targets' set (power brake, thermal, PCIe, gray nodes slowing their job >= 10%): "
-        f"{target['detected']} of {target['episodes']} episodes found, recall {_fmt(target['recall'])}, "
-        f"latency median {_fmt(target['latency_median_s'], 0)} s"
-    )
-    if report["detected_by_held_flag"]:
-        console.print(
-            f"{report['detected_by_held_flag']} episode(s) found by a flag already held on the node "
-            "(raised for an earlier fault of it): counted as found, no latency"
-        )
-    cpu = report["detector_cpu_per_cycle_s"]
-    console.print(
-        f"truth: {report['truth_source']}; detector CPU per cycle: median {_fmt(cpu['median'], 4)} s, "
-        f"max {_fmt(cpu['max'], 4)} s; cause right on {_fmt(report['cause_accuracy'])} of true flags"
-    )
+cli.add_command(alerts_command)
+cli.add_command(anomaly_command)
 
 
 @cli.command("backfill")
@@ -471,7 +152,7 @@ def dashboards_command(scenario: str, duration: str, agent_step: str, as_json: b
       fleetsight evaluate dashboards --scenario mixed_day --duration 2h --agent-step 60s --json
     """
     path = resolve_or_fail(scenario)
-    check = check_history(path, duration, agent_step, verify_work_root())
+    check = check_history(path, duration, agent_step, work_folder())
     refused = [r for r in check.results if r.error]
     if as_json:
         click.echo(json.dumps(asdict(check), indent=2))
@@ -491,11 +172,6 @@ def dashboards_command(scenario: str, duration: str, agent_step: str, as_json: b
             f"({len(check.unexplained())} without a reason)"
         )
     sys.exit(1 if refused or check.unexplained() else 0)
-
-
-def verify_work_root() -> Path | None:
-    value = os.environ.get("FLEETSIGHT_EVAL_TMP")
-    return Path(value) if value else None
 
 
 @cli.command("health")

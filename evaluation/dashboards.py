@@ -2,7 +2,7 @@
 `fleetsight evaluate backfill` cuts (dcgm-exporter, the node agents, the fabric exporter, `up`), with the
 recording rules the panels and the alerts read computed over the span by promtool, as `fleetsight
 evaluate alerts` does. Prometheus's own `ALERTS` series are written from the alerts' firing episodes
-over the span (evaluation/alerts.py applies `for:` as Prometheus does), and the anomaly service's
+over the span (evaluation/firings.py applies `for:` as Prometheus does), and the anomaly service's
 `fleetsight_straggler` flags from its detector run offline over the scenario (when the anomaly extra
 is installed). Each query runs as a range query over the whole span, as a panel over that time range
 would.
@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
-
-from dashboards import catalog, templating
+from dashboards import catalog, model, templating
+from fleetsight.prometheus import Prometheus, PrometheusQueryError
 from rules import ruleset
 
-from . import alerts as evaluate
+from . import replay as evaluate
 
 # Series that only a live service writes. ALERTS and the straggler flags are backfilled (see
 # check_history); the straggler score is not: the offline detector reports flags, not scores.
@@ -84,7 +83,7 @@ class HistoryCheck:
         return [key for key, reason in self.empty_panels().items() if not reason]
 
 
-def why_empty(panel: catalog.Panel, expr: str) -> str:
+def why_empty(panel: model.Panel, expr: str) -> str:
     """Why a panel may rightly show nothing over a history: it needs a live service, or it shows
     only what a fault makes (a filter such as `== 0` or `> 0`)."""
     if panel.needs:
@@ -109,17 +108,17 @@ def anomaly_installed() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("numpy", "sklearn"))
 
 
-def panel_queries() -> list[tuple[catalog.Dashboard, catalog.Panel, catalog.Query]]:
+def panel_queries() -> list[tuple[model.Dashboard, model.Panel, model.Query]]:
     return [
         (spec, panel, query)
         for spec in catalog.DASHBOARDS
         for panel in spec.panels()
         for query in panel.queries
-        if query.datasource == catalog.PROMETHEUS
+        if query.datasource == model.PROMETHEUS
     ]
 
 
-def resolve_variables(client: httpx.Client, start: float, end: float) -> dict[str, str]:
+def resolve_variables(prom: Prometheus, start: float, end: float) -> dict[str, str]:
     """Each dashboard variable as Grafana would resolve it: its first value over the span."""
     values: dict[str, str] = {}
     for spec in catalog.DASHBOARDS:
@@ -130,10 +129,7 @@ def resolve_variables(client: httpx.Client, start: float, end: float) -> dict[st
             label = re.fullmatch(r"label_values\(([\w:]+), (\w+)\)", variable.query)
             if label is None:
                 continue
-            found = client.get(
-                f"/api/v1/label/{label.group(2)}/values",
-                params={"match[]": label.group(1), "start": f"{start:.0f}", "end": f"{end:.0f}"},
-            ).json()["data"]
+            found = prom.label_values(label.group(2), label.group(1), start=f"{start:.0f}", end=f"{end:.0f}")
             if found:
                 values[variable.name] = sorted(found)[0]
     return values
@@ -143,8 +139,9 @@ def run_range_queries(
     url: str, start: float, end: float, scrape_s: float = 5.0
 ) -> tuple[dict[str, str], list[PanelResult]]:
     results = []
-    with httpx.Client(base_url=url, timeout=120) as client:
-        variables = resolve_variables(client, start, end)
+    # Range queries as a POST form: a panel's PromQL with its variables filled in can be long.
+    with Prometheus(url, timeout=120, post_over=0) as prom:
+        variables = resolve_variables(prom, start, end)
         # Grafana's macros for the span, the min interval one step: $__rate_interval is then
         # max(step + scrape, 4 x scrape), the scrape being the sparsest source's (the node agents'
         # --agent-step in a backfill), so that a rate over it holds the samples it would live.
@@ -152,14 +149,11 @@ def run_range_queries(
         step = int(macros["__interval_ms"]) / 1000
         for spec, panel, query in panel_queries():
             expr = templating.interpolate(query.expr, {**variables, **macros})
-            answer = client.post(
-                "/api/v1/query_range",
-                data={"query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": f"{step:g}"},
-            ).json()
-            if answer.get("status") != "success":
-                results.append(PanelResult(spec.uid, panel.title, expr, 0, answer.get("error", "?")))
+            try:
+                series = len(prom.query_range(expr, f"{start:.0f}", f"{end:.0f}", f"{step:g}"))
+            except PrometheusQueryError as exc:
+                results.append(PanelResult(spec.uid, panel.title, expr, 0, exc.error or "?"))
                 continue
-            series = len(answer["data"]["result"])
             reason = "" if series else why_empty(panel, expr)
             results.append(PanelResult(spec.uid, panel.title, expr, series, why_empty=reason))
     return variables, results

@@ -15,12 +15,11 @@ Prometheus's ``http_sd_configs`` expects a JSON list of target groups, ``[{"targ
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Response
 
-if TYPE_CHECKING:
-    from .service import HealthService
+from .service_protocol import ServiceReads
 
 # The scrape jobs of metrics/prometheus.yml that list one target per node, and the port each
 # exporter listens on (dcgm-exporter, FleetSight's node agent, node_exporter).
@@ -38,7 +37,7 @@ def parse_ports(values: tuple[str, ...] | list[str]) -> dict[str, int]:
     return ports
 
 
-def inventory_of(service: HealthService) -> dict[str, dict[str, Any]] | None:
+def inventory_of(service: ServiceReads) -> dict[str, dict[str, Any]] | None:
     """The scheduler's nodes; the static list when no scheduler is configured; None while unknown."""
     sources = service.sources
     if sources.scheduler_url:
@@ -46,7 +45,7 @@ def inventory_of(service: HealthService) -> dict[str, dict[str, Any]] | None:
     return {name: {"state": ["UNKNOWN"], "partitions": []} for name in sources.static_nodes}
 
 
-def target_groups(service: HealthService, job: str, port: int) -> list[dict[str, Any]]:
+def target_groups(service: ServiceReads, job: str, port: int) -> list[dict[str, Any]]:
     inventory = inventory_of(service)
     if inventory is None:
         raise HTTPException(503, "the scheduler has not answered yet; Prometheus keeps its last targets")
@@ -65,7 +64,7 @@ def target_groups(service: HealthService, job: str, port: int) -> list[dict[str,
     return groups
 
 
-def add_routes(app: FastAPI, service: HealthService, read_check: Any, ports: dict[str, int]) -> None:
+def add_routes(app: FastAPI, service: ServiceReads, read_check: Any, ports: dict[str, int]) -> None:
     """``read_check``: the service's read-scope check (a bearer token when tokens are configured;
     Prometheus sends one with ``authorization: {credentials_file: ...}``)."""
 

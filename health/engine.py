@@ -7,130 +7,32 @@ tests and the reconcile sweep's building block), or events (:meth:`HealthEngine.
 which re-decide only the nodes they name plus the few whose held reasons, overrides or breaker hold are
 running out: the service's cost follows events, not nodes. Readers take the immutable snapshot it
 publishes (:meth:`HealthEngine.snapshot`), never the engine's working state.
+
+Its vocabulary (states, levels, signals, records) is health/model.py; the circuit breaker's rule is
+health/breaker.py; the state file's layout health/state_file.py; the shapes readers see health/views.py.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections import Counter, deque
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import breaker, state_file
+from .model import (
+    FIT_STATES,
+    LEVELS,
+    OVERRIDE_STATES,
+    NodeRecord,
+    Observation,
+    Override,
+    SchedulerView,
+    Signal,
+    iso,
+    reason_of,
+)
 from .policy import Policy
-
-# `unobserved`: FleetSight cannot see the node's GPUs at all (every GPU signal blind); neither healthy nor
-# unhealthy, and fit for work: blindness is FleetSight's problem, never the node's.
-STATES = ("healthy", "unobserved", "degraded", "unhealthy", "draining", "drained", "repair")
-FIT_STATES = ("healthy", "unobserved", "degraded")
-OVERRIDE_STATES = tuple(s for s in STATES if s != "unobserved")  # an operator knows; FleetSight does not
-# `blind` (a source silent, a check that could not look) weighs nothing: it is shown, never acted on.
-LEVELS = {"ignore": 0, "blind": 0, "degraded": 1, "unhealthy": 2, "repair": 3}
-OUR_REASON_PREFIX = "fleetsight:"
-HISTORY_KEPT = 50
-BREAKER_RUNBOOK = "docs/health.md#runbook-healthcircuitbreakeropen"
-
-
-DESCRIPTIVE_LABELS = frozenset({"cause"})
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One piece of evidence about one node, as a source saw it."""
-
-    node: str
-    name: str  # alertname, "straggler", "exporter_unreachable", "scheduler_down", ...
-    source: str  # "alertmanager", "prometheus", "anomaly", "scheduler"
-    since: float
-    effect: str  # ignore, degraded, unhealthy, repair (from the policy)
-    evidence: dict[str, Any] = field(default_factory=dict)
-    runbook: str = ""
-    summary: str = ""
-
-    @property
-    def key(self) -> str:
-        """Which reason this signal updates: one per source, signal and identifying labels. Labels that
-        describe rather than identify (a straggler's ``cause``, refined from ``unknown`` to ``thermal``
-        while the flag stands) are left out, so a refinement replaces the reason instead of adding one."""
-        labels = {k: v for k, v in self.evidence.get("labels", {}).items() if k not in DESCRIPTIVE_LABELS}
-        return f"{self.source}:{self.name}:{json.dumps(labels, sort_keys=True)}"
-
-
-@dataclass(frozen=True)
-class SchedulerView:
-    """What the scheduler says about a node: its state words and reason, and whether it runs jobs."""
-
-    states: tuple[str, ...] = ()
-    reason: str = ""
-    busy: bool = False
-
-    @property
-    def drained_by_other(self) -> bool:
-        drain = any(s.startswith("DRAIN") for s in self.states)
-        return drain and not self.reason.startswith(OUR_REASON_PREFIX)
-
-
-@dataclass
-class Observation:
-    """One refresh's view of the fleet."""
-
-    nodes: dict[str, str]  # node -> scalable unit
-    signals: list[Signal]
-    scheduler: dict[str, SchedulerView] = field(default_factory=dict)
-    sources_ok: dict[str, bool] = field(default_factory=dict)
-
-
-@dataclass
-class Override:
-    state: str
-    reason: str
-    by: str
-    created: float
-    expires: float | None = None
-
-    def active(self, now: float) -> bool:
-        return self.expires is None or now < self.expires
-
-
-@dataclass
-class NodeRecord:
-    unit: str = ""
-    state: str = "healthy"
-    since: float = 0.0
-    reasons: list[dict[str, Any]] = field(default_factory=list)
-    recent: dict[str, tuple[Signal, float]] = field(default_factory=dict)  # key -> (signal, last seen)
-    active: dict[str, Signal] = field(default_factory=dict)  # key -> signal firing now (not yet cleared)
-    history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_KEPT))
-    drain_origin: str | None = None  # "auto" or "operator" while FleetSight wants it drained
-    drain_reason: str = ""
-
-
-def reason_of(signal: Signal, now: float, cleared: float | None = None) -> dict[str, Any]:
-    reason = {
-        "signal": signal.name,
-        "source": signal.source,
-        "effect": signal.effect,
-        "since": iso(signal.since),
-        "evidence": signal.evidence,
-        "runbook": signal.runbook,
-        "summary": signal.summary,
-    }
-    if cleared is not None:
-        reason["last_seen"] = iso(cleared)  # gone now; held until clean_for has passed
-    return reason
-
-
-def iso(ts: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def young_interval(checkpoint_s: float, mtbf_s: float) -> float:
-    """Young's optimal checkpoint interval, sqrt(2 D M)."""
-    return math.sqrt(2.0 * checkpoint_s * mtbf_s)
+from .views import drain_entry, node_item, override_reason, scheduler_drain_reason
 
 
 class HealthEngine:
@@ -145,7 +47,7 @@ class HealthEngine:
         self.failures = 0
         self.observed_node_seconds = 0.0
         self.last_update: float | None = None
-        self.breaker: dict[str, Any] = {"open": False, "held": [], "since": None, "scope": None}
+        self.breaker: dict[str, Any] = breaker.closed()
         self.sources_ok: dict[str, bool] = {}
         self._snapshot: dict[str, Any] = {"nodes": {}, "updated": None}
         self.started = now
@@ -161,62 +63,17 @@ class HealthEngine:
 
     # ------------------------------------------------------------------------------ persistence
     def _state_file(self) -> Path | None:
-        return self.state_dir / "state.json" if self.state_dir else None
+        return self.state_dir / state_file.STATE_FILE if self.state_dir else None
 
     def _load(self) -> None:
-        path = self._state_file()
-        if path is None or not path.exists():
-            return
-        data = json.loads(path.read_text())
-        self.overrides = {n: Override(**o) for n, o in data.get("overrides", {}).items()}
-        self.grants = deque(tuple(g) for g in data.get("grants", []))  # type: ignore[misc]
-        self.failures = int(data.get("failures", 0))
-        self.observed_node_seconds = float(data.get("observed_node_seconds", 0.0))
-        self.next_event_id = int(data.get("next_event_id", 1))
-        for node, saved in data.get("states", {}).items():  # so a restart emits no made-up changes
-            self.nodes[node] = NodeRecord(unit=saved["unit"], state=saved["state"], since=saved["since"])
-        for node, saved in data.get("drains", {}).items():
-            record = self.nodes.setdefault(node, NodeRecord())
-            record.drain_origin, record.drain_reason = saved["origin"], saved["reason"]
-        # The hysteresis memory: a restart inside clean_for must not release a node early.
-        for node, held in data.get("recent", {}).items():
-            record = self.nodes.setdefault(node, NodeRecord())
-            for saved_signal, last_seen in held:
-                kept = Signal(**saved_signal)
-                record.recent[kept.key] = (kept, float(last_seen))
-            self.pending.add(node)  # re-decided while held: its reasons shown, its clean_for counted
-        for event in data.get("events", []):
-            self.events.append(event)
+        data = state_file.load(self._state_file())
+        if data is not None:
+            state_file.restore(self, data)
 
     def save(self) -> None:
         path = self._state_file()
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {
-            "overrides": {n: asdict(o) for n, o in self.overrides.items()},
-            "grants": list(self.grants),
-            "failures": self.failures,
-            "observed_node_seconds": self.observed_node_seconds,
-            "next_event_id": self.next_event_id,
-            "drains": {
-                n: {"origin": r.drain_origin, "reason": r.drain_reason}
-                for n, r in self.nodes.items()
-                if r.drain_origin
-            },
-            "events": list(self.events)[-1000:],
-            "states": {
-                n: {"state": r.state, "since": r.since, "unit": r.unit} for n, r in self.nodes.items()
-            },
-            "recent": {
-                n: [[asdict(sig), seen] for sig, seen in r.recent.values()]
-                for n, r in self.nodes.items()
-                if r.recent
-            },
-        }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        if path is not None:
+            state_file.write(path, state_file.saved(self))
 
     # ------------------------------------------------------------------------------ operator actions
     def set_override(
@@ -420,7 +277,14 @@ class HealthEngine:
             and n not in self.overrides
             and not self._drained_by_other(n)  # already out of service: nothing to grant or count
         ]
-        granted, held, scope = self._breaker_allows(candidates)
+        granted, held, scope = breaker.split_batch(
+            candidates,
+            {n: self.nodes[n].unit for n in candidates},
+            self.grants,
+            self.unit_sizes,
+            len(self.inventory),
+            self.policy.breaker,
+        )
         for node in granted:
             record = self.nodes[node]
             top = max(record.recent.values(), key=lambda item: LEVELS[item[0].effect])[0]
@@ -432,46 +296,11 @@ class HealthEngine:
             for n in self.breaker["held"]
             if levels.get(n, 0) >= LEVELS["unhealthy"] and self.nodes[n].drain_origin is None
         }
-        self._set_breaker(sorted(set(held) | still_held), scope, now)
+        self.breaker = breaker.hold(self.breaker, sorted(set(held) | still_held), scope, now)
 
     def _drained_by_other(self, node: str) -> bool:
         view = self.scheduler.get(node)
         return view is not None and view.drained_by_other
-
-    def _breaker_allows(self, candidates: list[str]) -> tuple[list[str], list[str], str | None]:
-        """Split this refresh's candidates into granted and held. A batch that would exceed a unit's or
-        the cluster's allowance in the window is held whole: many at once means a common cause."""
-        breaker = self.policy.breaker
-        by_unit: dict[str, list[str]] = {}
-        for node in candidates:
-            by_unit.setdefault(self.nodes[node].unit, []).append(node)
-        unit_sizes = self.unit_sizes
-        granted: list[str] = []
-        held: list[str] = []
-        scope = None
-        for unit, nodes in by_unit.items():
-            limit = max(breaker.min_nodes, math.floor(breaker.max_unit_fraction * unit_sizes.get(unit, 1)))
-            wanted = sum(1 for _, _, u in self.grants if u == unit) + len(nodes)
-            if wanted > limit:
-                held += nodes
-                scope = f"unit {unit}: {wanted} > {limit} in {breaker.window_s:.0f}s"
-            else:
-                granted += nodes
-        cluster_limit = max(breaker.min_nodes, math.floor(breaker.max_cluster_fraction * len(self.inventory)))
-        wanted = len(self.grants) + len(granted)
-        if granted and wanted > cluster_limit:
-            held += granted
-            granted = []
-            scope = f"cluster: {wanted} > {cluster_limit} in {breaker.window_s:.0f}s"
-        return granted, held, scope
-
-    def _set_breaker(self, held: list[str], scope: str | None, now: float) -> None:
-        if not held:
-            self.breaker = {"open": False, "held": [], "since": None, "scope": None}
-            return
-        if not self.breaker["open"]:
-            self.breaker["since"] = now
-        self.breaker.update(open=True, held=held, scope=scope or self.breaker["scope"])
 
     def _decide(
         self, node: str, record: NodeRecord, level: int, view: SchedulerView | None, now: float
@@ -481,23 +310,12 @@ class HealthEngine:
             reasons.append(reason_of(signal, now, cleared=None if seen == now else seen))
         override = self.overrides.get(node)
         if override is not None:
-            reasons.insert(0, self._override_reason(override))
+            reasons.insert(0, override_reason(override))
             if override.state in ("draining", "drained"):
                 return self._drain_progress(view, "draining"), reasons
             return override.state, reasons
         if view is not None and view.drained_by_other:
-            reasons.insert(
-                0,
-                {
-                    "signal": "scheduler_drain",
-                    "source": "scheduler",
-                    "effect": "unhealthy",
-                    "since": None,
-                    "evidence": {"states": list(view.states), "reason": view.reason},
-                    "runbook": "",
-                    "summary": f"drained in the scheduler: {view.reason}",
-                },
-            )
+            reasons.insert(0, scheduler_drain_reason(view))
             return self._drain_progress(view, "draining"), reasons
         if record.drain_origin == "auto":
             drained = self._drain_progress(view, "draining")
@@ -506,7 +324,7 @@ class HealthEngine:
             return drained, reasons
         if level >= LEVELS["unhealthy"]:
             if node in self.breaker["held"]:
-                reasons.insert(0, self._breaker_reason())
+                reasons.insert(0, breaker.held_reason(self.breaker))
             return "unhealthy", reasons
         if level:
             return "degraded", reasons
@@ -526,28 +344,6 @@ class HealthEngine:
             return fallback
         applied = not view.states or any(s.startswith("DRAIN") for s in view.states)
         return "drained" if applied and not view.busy else "draining"
-
-    def _override_reason(self, override: Override) -> dict[str, Any]:
-        return {
-            "signal": "override",
-            "source": "operator",
-            "effect": override.state,
-            "since": iso(override.created),
-            "evidence": {"by": override.by, "expires": iso(override.expires) if override.expires else None},
-            "runbook": "",
-            "summary": override.reason,
-        }
-
-    def _breaker_reason(self) -> dict[str, Any]:
-        return {
-            "signal": "circuit_breaker",
-            "source": "health",
-            "effect": "unhealthy",
-            "since": iso(self.breaker["since"]),
-            "evidence": {"scope": self.breaker["scope"], "held": len(self.breaker["held"])},
-            "runbook": BREAKER_RUNBOOK,
-            "summary": "not drained automatically: the circuit breaker holds (too many at once)",
-        }
 
     def _transition(
         self, node: str, record: NodeRecord, state: str, reasons: list[dict[str, Any]], now: float
@@ -582,11 +378,11 @@ class HealthEngine:
         one (readers hold the old snapshot undisturbed)."""
         previous = self._snapshot["nodes"]
         if len(changed) >= len(self.nodes) or any(n not in previous for n in changed):
-            nodes = {node: self._item(node, record) for node, record in sorted(self.nodes.items())}
+            nodes = {node: node_item(node, record) for node, record in sorted(self.nodes.items())}
         else:
             nodes = dict(previous)
             for node in changed:
-                nodes[node] = self._item(node, self.nodes[node])
+                nodes[node] = node_item(node, self.nodes[node])
         self._snapshot = {
             "nodes": nodes,
             "updated": iso(now),
@@ -596,51 +392,15 @@ class HealthEngine:
             "sources": dict(self.sources_ok),
         }
 
-    @staticmethod
-    def _item(node: str, record: NodeRecord) -> dict[str, Any]:
-        return {
-            "node": node,
-            "state": record.state,
-            "since": iso(record.since),
-            "unit": record.unit,
-            "fit": record.state in FIT_STATES,
-            "reasons": [r for r in record.reasons if r["effect"] != "blind"],
-            # what FleetSight could not observe on this node now: its own deployment's fault, not the node's
-            "blind_spots": [r for r in record.reasons if r["effect"] == "blind" and "last_seen" not in r],
-            "drain": {"origin": record.drain_origin, "reason": record.drain_reason}
-            if record.drain_origin
-            else None,
-            "history": list(record.history),
-        }
-
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot
 
     def drain_list(self) -> list[dict[str, Any]]:
         """Nodes FleetSight wants out of scheduling, and why (what slurm-sync and lsf-sync apply)."""
-        wanted = []
-        for node, record in sorted(self.nodes.items()):
-            if record.drain_origin and record.state in ("draining", "drained", "repair"):
-                wanted.append(
-                    {
-                        "node": node,
-                        "state": record.state,
-                        "origin": record.drain_origin,
-                        "reason": f"{OUR_REASON_PREFIX} {record.drain_reason}",
-                        "evidence": self._drain_evidence(record),
-                    }
-                )
-        return wanted
-
-    @staticmethod
-    def _drain_evidence(record: NodeRecord) -> list[dict[str, Any]]:
-        """The reasons that allow the drain (effect unhealthy or repair; a blind spot never does), each
-        with its source, since when, and the labels that identify it."""
         return [
-            {k: r.get(k) for k in ("signal", "source", "effect", "since", "summary", "runbook")}
-            | {"labels": (r.get("evidence") or {}).get("labels", {})}
-            for r in record.reasons
-            if r.get("effect") in ("unhealthy", "repair")
+            drain_entry(node, record)
+            for node, record in sorted(self.nodes.items())
+            if record.drain_origin and record.state in ("draining", "drained", "repair")
         ]
 
     def node_mtbf(self) -> tuple[float, str]:

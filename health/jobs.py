@@ -25,15 +25,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from fastapi import Depends, FastAPI, HTTPException, Query
 
+from fleetsight.prometheus import Prometheus, PrometheusError
 from fleetsight.promql import any_of, quote
 
 from .policy import PolicyError, parse_duration
 
 if TYPE_CHECKING:
-    from .service import HealthService
+    from .service_protocol import ServiceReads as HealthService
 
 DEFAULT_WINDOW = "6h"
 MAX_WINDOW_S = 14 * 86400  # a job's history, not the fleet's: longer windows are a Thanos question
@@ -41,10 +41,6 @@ POINTS = 720  # points per series of a range query: 30 s resolution over 6 h
 # Labels that say where a fault is, shown on their own; the rest stay in the evidence.
 PLACE_LABELS = ("gpu", "device", "port", "hca_port", "switch", "switch_port", "psu", "fs", "target")
 NOISE_LABELS = ("alertstate", "__name__", "instance", "job")
-
-
-class PrometheusError(Exception):
-    """Prometheus did not answer, or answered an error."""
 
 
 @dataclass
@@ -97,34 +93,9 @@ def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-class Prometheus:
-    """The few Prometheus HTTP API calls the route needs, with the service's source timeout."""
-
-    def __init__(self, url: str, timeout_s: float) -> None:
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout_s)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def get(self, path: str, **params: Any) -> Any:
-        try:
-            response = self.client.get(f"{self.url}{path}", params=params)
-            body = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise PrometheusError(f"Prometheus at {self.url}: {type(exc).__name__}: {exc}") from exc
-        if body.get("status") != "success":
-            raise PrometheusError(f"Prometheus at {self.url}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
-
-    def instant(self, promql: str, at: float) -> list[dict[str, Any]]:
-        return self.get("/api/v1/query", query=promql, time=at)["result"]
-
-    def series_range(self, promql: str, window: Window) -> list[dict[str, Any]]:
-        data = self.get(
-            "/api/v1/query_range", query=promql, start=window.start, end=window.end, step=window.step
-        )
-        return data["result"]
+def series_range(prom: Prometheus, promql: str, window: Window) -> list[dict[str, Any]]:
+    """A range query over the window, at its step."""
+    return prom.query_range(promql, window.start, window.end, window.step)
 
 
 # ---------------------------------------------------------------------------------- the job's nodes
@@ -135,7 +106,7 @@ def job_nodes(prom: Prometheus, job: str, window: Window) -> dict[str, dict[str,
         f"(max_over_time(fleetsight_job_node_info{{hpc_job={quote(job)}}}[{window.range}]))"
     )
     nodes: dict[str, dict[str, str]] = {}
-    for series in prom.instant(promql, window.end):
+    for series in prom.query(promql, window.end):
         labels = series["metric"]
         if labels.get("node"):
             nodes[labels["node"]] = labels
@@ -156,14 +127,14 @@ def alert_key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def active_since(prom: Prometheus, selector: str, window: Window) -> dict[tuple[tuple[str, str], ...], float]:
     """The earliest activeAt of each alert in the window (ALERTS_FOR_STATE's value)."""
     promql = f"min_over_time(ALERTS_FOR_STATE{{{selector}}}[{window.range}])"
-    return {alert_key(s["metric"]): float(s["value"][1]) for s in prom.instant(promql, window.end)}
+    return {alert_key(s["metric"]): float(s["value"][1]) for s in prom.query(promql, window.end)}
 
 
 def node_alerts(prom: Prometheus, nodes: Iterable[str], window: Window) -> list[Fault]:
     selector = f"node=~{any_of(nodes)}"
     since = active_since(prom, selector, window)
     faults = []
-    for series in prom.series_range(f'ALERTS{{alertstate="firing", {selector}}}', window):
+    for series in series_range(prom, f'ALERTS{{alertstate="firing", {selector}}}', window):
         labels = {k: v for k, v in series["metric"].items() if k not in NOISE_LABELS}
         first, last, active = seen(series, window)
         first = min(first, since.get(alert_key(labels), first))
@@ -178,13 +149,13 @@ def switch_alerts(prom: Prometheus, nodes: Iterable[str], window: Window) -> lis
         "max by (switch, switch_port, node, hca_port) (max_over_time("
         f"fleetsight_fabric_switch_port_peer_info{{node=~{any_of(nodes)}}}[{window.range}]))"
     )
-    peers = [s["metric"] for s in prom.instant(peers_promql, window.end)]
+    peers = [s["metric"] for s in prom.query(peers_promql, window.end)]
     if not peers:
         return []
     switches = {p["switch"] for p in peers}
     selector = f'alertstate="firing", node="", switch=~{any_of(switches)}'
     faults = []
-    for series in prom.series_range(f"ALERTS{{{selector}}}", window):
+    for series in series_range(prom, f"ALERTS{{{selector}}}", window):
         labels = {k: v for k, v in series["metric"].items() if k not in NOISE_LABELS}
         # An alert on one port names that port; one on the whole switch (no switch_port) every port.
         port = labels.get("switch_port")
@@ -218,7 +189,7 @@ def alert_fault(
 def stragglers(prom: Prometheus, job: str, window: Window) -> list[Fault]:
     promql = f"max by (cluster, node, hpc_job, cause) (fleetsight_straggler{{hpc_job={quote(job)}}} > 0)"
     faults = []
-    for series in prom.series_range(promql, window):
+    for series in series_range(prom, promql, window):
         labels = series["metric"]
         first, last, active = seen(series, window)
         cause = labels.get("cause") or "unknown cause"
@@ -244,7 +215,7 @@ def rule_annotations(prom: Prometheus) -> dict[str, list[tuple[dict[str, str], d
     """alertname -> (static labels, annotation templates) of each of its alerting rules: one name may
     have several rules (the host side and the switch side of InfiniBandLinkFlapping)."""
     found: dict[str, list[tuple[dict[str, str], dict[str, str]]]] = {}
-    for group in prom.get("/api/v1/rules", type="alert").get("groups", []):
+    for group in prom.rules("alert"):
         for rule in group.get("rules", []):
             found.setdefault(rule.get("name", ""), []).append(
                 (rule.get("labels", {}), rule.get("annotations", {}))
@@ -261,7 +232,7 @@ def rule_of(rules: list[tuple[dict[str, str], dict[str, str]]], labels: dict[str
 
 def active_annotations(prom: Prometheus) -> dict[tuple[tuple[str, str], ...], dict[str, str]]:
     """The rendered annotations of the alerts active now, keyed like alert_key."""
-    alerts = prom.get("/api/v1/alerts").get("alerts", [])
+    alerts = prom.alerts()
     return {alert_key(a.get("labels", {})): a.get("annotations", {}) for a in alerts}
 
 
@@ -329,7 +300,7 @@ def job_faults(service: HealthService, job: str, window: Window) -> dict[str, An
     if not url:
         # Jobs are known only from Prometheus (fleetsight_job_node_info): without it no job is known.
         raise HTTPException(404, f"unknown job {job!r}: no Prometheus (--prometheus-url) to find jobs in")
-    prom = Prometheus(url, service.policy.source_timeout_s)
+    prom = Prometheus(url, service.policy.source_timeout_s)  # the service's timeout for every source
     try:
         return answer(service, prom, job, window)
     except PrometheusError as exc:

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import yaml
 
-from .engine import FIT_STATES
+from .model import FIT_STATES
 from .policy import Policy
 from .sources import SourceResult, Sources
 from .sync import SyncError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .cli import CONTEXT, cli, default_url
+from .cli_common import CONTEXT, default_url
 from .kubernetes import KubePolicy, connect, load_kube_policy, sync_kubernetes
 from .policy import DEFAULT_POLICY
 from .sync import SyncError
@@ -31,7 +31,7 @@ def _round(url: str, policy: KubePolicy, kubeconfig: Path | None, dry_run: bool,
         click.echo("nothing to change")
 
 
-@cli.command("kubernetes-sync", context_settings=CONTEXT)
+@click.command("kubernetes-sync", context_settings=CONTEXT)
 @click.option("--url", default=None, help="Health service URL (default: the stack's).")
 @click.option(
     "--policy",

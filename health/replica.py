@@ -1,5 +1,6 @@
-"""The follower's side of two health replicas (health/leader.py): a copy of the leader's state, reads
-answered from it, writes and events forwarded to the leader, and the takeover.
+"""The replica roles of two health replicas (health/leader.py holds the election): :func:`lead` picks this
+replica's role each turn of the worker loop; the follower keeps a copy of the leader's state, answers
+reads from it and forwards writes and events to the leader; the takeover makes it the writer.
 
 The leader serves ``GET /v1/replica`` (scope ``events``, the replicas' shared service token): its state
 file as saved (overrides, drains, breaker grants, node states, held reasons, events) and its rendered
@@ -16,33 +17,32 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from .engine import HealthEngine
-
-if TYPE_CHECKING:
-    from .service import HealthService
+from .service_protocol import Service
+from .state_file import STATE_FILE
 
 log = logging.getLogger("health.replica")
 ROLE_HEADER = "X-FleetSight-Role"  # leader | follower: the kubernetes-sync sidecar acts for the leader only
 FORWARD_TIMEOUT_S = 10.0
 
 
-def state_path(service: HealthService) -> Path | None:
-    return service.engine.state_dir / "state.json" if service.engine.state_dir else None
+def state_path(service: Service) -> Path | None:
+    return service.engine.state_dir / STATE_FILE if service.engine.state_dir else None
 
 
-def replica_etag(service: HealthService) -> str:
+def replica_etag(service: Service) -> str:
     path = state_path(service)
     saved = path.stat().st_mtime_ns if path is not None and path.exists() else 0
     return f'"{saved}-{id(service.rendered)}"'
 
 
-def replica_payload(service: HealthService) -> dict[str, Any]:
+def replica_payload(service: Service) -> dict[str, Any]:
     path = state_path(service)
     with service.lock:  # the state file and the snapshot of one batch
         state = json.loads(path.read_text()) if path is not None and path.exists() else {}
@@ -62,7 +62,7 @@ def fetch(url: str, token: str | None, etag: str | None) -> tuple[str | None, di
     return response.headers.get("etag"), response.json()
 
 
-def adopt(service: HealthService, payload: dict[str, Any]) -> None:
+def adopt(service: Service, payload: dict[str, Any]) -> None:
     """Make the leader's state this replica's: its state file (what a takeover starts from) and a
     read-only engine with the leader's snapshot (what reads answer)."""
     state_dir = service.engine.state_dir
@@ -70,20 +70,20 @@ def adopt(service: HealthService, payload: dict[str, Any]) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         tmp = state_dir / "state.json.replica"
         tmp.write_text(json.dumps(payload["state"]))
-        os.replace(tmp, state_dir / "state.json")
+        os.replace(tmp, state_dir / STATE_FILE)
     engine = HealthEngine(service.policy, state_dir, now=time.time())
     engine._snapshot = payload["snapshot"]  # the leader's rendering: this engine never decides
     replace_engine(service, engine)
     service.render_copy()
 
 
-def replace_engine(service: HealthService, engine: HealthEngine) -> None:
+def replace_engine(service: Service, engine: HealthEngine) -> None:
     engine.release_gate = service.engine.release_gate  # set once by the validation routes
     with service.lock:
         service.engine = engine
 
 
-def take_over(service: HealthService) -> None:
+def take_over(service: Service) -> None:
     """Become the writer: the engine from the copied state file, as after a restart (no made-up
     changes, held reasons kept); the caller sweeps at once."""
     replace_engine(service, HealthEngine(service.policy, service.engine.state_dir, now=time.time()))
@@ -91,7 +91,7 @@ def take_over(service: HealthService) -> None:
     log.info("event=takeover nodes=%d", len(service.engine.nodes))
 
 
-def follow(service: HealthService, etag: str | None) -> str | None:
+def follow(service: Service, etag: str | None) -> str | None:
     """One copy from the leader named in the Lease; an error is counted and the copy kept."""
     url = service.elector.leader_url if service.elector else None
     if not url:
@@ -108,7 +108,22 @@ def follow(service: HealthService, etag: str | None) -> str | None:
     return etag
 
 
-def leader_status(service: HealthService) -> dict[str, Any] | None:
+def lead(service: Service) -> bool:
+    """With two replicas: follow (copy the leader's state) until the Lease is ours, then take over
+    once. Returns whether this replica writes."""
+    if service.elector.is_leader:
+        if not service.leading:
+            take_over(service)
+            service.leading = True
+        return True
+    service.leading = False
+    # wait first: a copy that keeps failing must not spin this loop
+    service.stop_event.wait(service.elector.config.retry_s)
+    service.replica_etag = follow(service, service.replica_etag)
+    return False
+
+
+def leader_status(service: Service) -> dict[str, Any] | None:
     """/v1/status's view of the election (None without one): this replica's role, the Lease's holder,
     and the sweeps this replica has done since it last became the writer."""
     elector = service.elector
@@ -124,7 +139,7 @@ def leader_status(service: HealthService) -> dict[str, Any] | None:
     }
 
 
-def add_replica_routes(app: FastAPI, service: HealthService, require_events: Any) -> None:
+def add_replica_routes(app: FastAPI, service: Service, require_events: Any) -> None:
     """``GET /v1/replica`` for the follower, the role header on every answer, and writes forwarded to
     the leader while this replica follows."""
 
@@ -151,7 +166,7 @@ def add_replica_routes(app: FastAPI, service: HealthService, require_events: Any
         return response
 
 
-async def forward(service: HealthService, request: Request) -> Response:
+async def forward(service: Service, request: Request) -> Response:
     """A write (operator action, Alertmanager's or the anomaly service's events) that reached the
     follower goes to the leader with its own token; no leader known: 503, and the sender retries."""
     url = service.elector.leader_url if service.elector else None

@@ -24,9 +24,10 @@ from typing import Any
 import httpx
 
 from fleetsight.dcgm import NEEDED_FIELDS, missing_fields_promql, names_of
+from fleetsight.prometheus import Prometheus, PrometheusError
 from fleetsight.slurmrest import SlurmRest, job_nodes, job_states
 
-from .engine import SchedulerView, Signal
+from .model import SchedulerView, Signal
 from .policy import Policy
 
 log = logging.getLogger("health.sources")
@@ -125,6 +126,7 @@ class Sources:
         # An HA pair (or more), comma-separated: Prometheus sends every alert to each, so either answers.
         self.alertmanager_urls = split_urls(alertmanager_url)
         self.prometheus_url = prometheus_url
+        self.prometheus = Prometheus(prometheus_url, policy.source_timeout_s) if prometheus_url else None
         self.anomaly_url = anomaly_url
         self.scheduler_url = scheduler_url.rstrip("/") if scheduler_url else None
         self.static_nodes = list(static_nodes)
@@ -152,6 +154,8 @@ class Sources:
     def close(self) -> None:
         self.client.close()
         self.scheduler_client.close()
+        if self.prometheus is not None:
+            self.prometheus.close()
 
     def collect_one(self, name: str, now: float) -> list[SourceResult]:
         """One source alone (the scheduler's poll between sweeps)."""
@@ -170,7 +174,7 @@ class Sources:
                 continue
             try:
                 results.append(method(now))
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            except (httpx.HTTPError, PrometheusError, ValueError, KeyError, TypeError) as exc:
                 log.warning("event=source_failed source=%s error=%s", name, exc)
                 results.append(SourceResult(name, False, error=f"{type(exc).__name__}: {exc}"))
         # forget the start of signals gone this round (a source that failed keeps its own)
@@ -246,7 +250,7 @@ class Sources:
         firing = 'ALERTS{alertstate="firing"}'
         try:
             series = self.query(f"{firing} and {firing} offset {grace}s")
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
+        except (PrometheusError, ValueError, KeyError) as exc:
             log.warning("event=unknown_alerts_unread error=%s", exc)
             return []
         signals = []
@@ -289,12 +293,9 @@ class Sources:
 
     # ------------------------------------------------------------------------------ Prometheus
     def query(self, promql: str) -> list[dict[str, Any]]:
-        response = self.client.get(f"{self.prometheus_url}/api/v1/query", params={"query": promql})
-        response.raise_for_status()
-        body = response.json()
-        if body.get("status") != "success":
-            raise ValueError(f"Prometheus answered {body.get('errorType')}: {body.get('error')}")
-        return body["data"]["result"]
+        """An instant query now; PrometheusError when Prometheus fails (a failed source, not a crash)."""
+        assert self.prometheus is not None  # asked only with a Prometheus URL
+        return self.prometheus.query(promql)
 
     def _prometheus(self, now: float) -> SourceResult:
         result = SourceResult("prometheus", True)
@@ -345,7 +346,7 @@ class Sources:
         if self.prometheus_url:
             try:
                 self._dcgm_fields(now)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            except (PrometheusError, ValueError, KeyError, TypeError) as exc:
                 log.warning("event=dcgm_fields_failed error=%s", exc)
 
     def straggler_event(self, item: dict[str, Any], now: float) -> Signal | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from .engine import OUR_REASON_PREFIX
+from .model import OUR_REASON_PREFIX
 
 BATCH = 500  # nodes per scheduler command (argument lists stay far below ARG_MAX)
 

@@ -30,6 +30,8 @@ from fastapi import Depends, FastAPI, HTTPException
 
 from fleetsight.secrets import SecretFileError, read_secret_file
 
+from .service_protocol import Service
+
 log = logging.getLogger("fleetsight.health.validation")
 READ_TOKEN_FILE_ENV = "FLEETSIGHT_CHECKS_READ_TOKEN_FILE"  # a token with scope `read` at the checks service
 
@@ -166,7 +168,7 @@ def _read_token() -> str | None:
     return None
 
 
-def _refresh_loop(gate: ValidationGate, service: Any, interval: float) -> None:
+def _refresh_loop(gate: ValidationGate, service: Service, interval: float) -> None:
     while not service.stop_event.wait(interval):
         changed = gate.refresh()
         if changed:  # re-decide those nodes at the service's next pass
@@ -174,7 +176,7 @@ def _refresh_loop(gate: ValidationGate, service: Any, interval: float) -> None:
             service.wake.set()
 
 
-def add_routes(app: FastAPI, service: Any, reader: Any) -> ValidationGate:
+def add_routes(app: FastAPI, service: Service, reader: Any) -> ValidationGate:
     """The read-only route, and the gate on the engine when the checks service is configured."""
     gate = ValidationGate(os.environ.get("FLEETSIGHT_CHECKS_URL"), _read_token())
     if gate.checks_url:

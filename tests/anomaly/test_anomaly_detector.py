@@ -10,10 +10,10 @@ import subprocess
 import pytest
 
 from anomaly.detector import Event, Straggler
-from anomaly.source import expand_hostlist, running_jobs
 from evaluation import anomaly as evaluation
 from evaluation.scenarios import resolve as resolve_scenario
 from fleetsight.settings import REPO_ROOT
+from fleetsight.slurmrest import expand_hostlist, running_jobs
 from support import FLEETSIGHT
 
 # Scenario files of evaluation/scenarios/anomaly: one fault each, in a job of 8 or 16 nodes.

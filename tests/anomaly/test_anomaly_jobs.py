@@ -25,7 +25,7 @@ from anomaly.jobs import (
     pod_label_keys,
 )
 from anomaly.service import JobNode, job_families, job_nodes
-from anomaly.source import build_window
+from anomaly.vectors import build_window
 from twin.dcgm import jobset_pod, pytorchjob_pod, sanitize_label_name
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from anomaly.detector import leave_one_out_median, row_medians
+from anomaly.robust import leave_one_out_median, row_medians
 
 values = st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.just(np.nan), st.sampled_from([0.0, 0.5, 1.0]))
 

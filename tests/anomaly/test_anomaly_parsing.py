@@ -1,4 +1,4 @@
-"""How an answer becomes the window's arrays (anomaly/source.py): the columns (Vector) fill the window as
+"""How an answer becomes the window's arrays (anomaly/vectors.py): the columns (Vector) fill the window as
 the samples would one by one, in order (a cell named twice keeps its last finite value, a text that
 is not a number is missing, a counter that is not finite counts as 0), and an answer read straight off
 its bytes gives the same columns as the same answer decoded as JSON."""
@@ -15,7 +15,8 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import pytest
 
-from anomaly.source import PrometheusSource, gpu_values, node_values, window_from_values
+from anomaly.source import PrometheusSource
+from anomaly.vectors import gpu_values, node_values, window_from_values
 
 
 def sample(node: str, gpu: int | None, value: str) -> dict:

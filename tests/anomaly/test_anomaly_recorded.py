@@ -22,7 +22,8 @@ import yaml
 from anomaly_helpers import stop
 
 from anomaly.cause import cause_of
-from anomaly.source import PrometheusSource, Queries, SourceError
+from anomaly.queries import Queries
+from anomaly.source import PrometheusSource, SourceError
 from anomaly.state import DetectorConfig
 from anomaly.window import EVIDENCE_FIELDS, Window
 from support import free_port, wait_until

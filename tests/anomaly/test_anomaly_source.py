@@ -16,7 +16,8 @@ import pytest
 from anomaly_helpers import start_prometheus, stop
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from anomaly.source import IB_ERROR_COUNTERS, PrometheusSource, SourceError
+from anomaly.queries import IB_ERROR_COUNTERS
+from anomaly.source import PrometheusSource, SourceError
 from support import free_port, wait_until
 
 NODES = ("n0001", "n0002")

@@ -20,7 +20,7 @@ from health_helpers import (
     wait_state,
 )
 
-from health.engine import STATES
+from health.model import STATES
 from support import wait_until
 
 NODES = [f"api{i:02d}" for i in range(1, 17)]

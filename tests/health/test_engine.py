@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from health.engine import HealthEngine, Observation, SchedulerView, Signal
+from health.engine import HealthEngine
+from health.model import Observation, SchedulerView, Signal
 from health.policy import Breaker, Policy, PolicyError, from_dict, load
 
 NODES = {f"e{i:02d}": ("u1" if i <= 4 else "u2") for i in range(1, 9)}

@@ -24,7 +24,7 @@ from health_helpers import (
     wait_state,
 )
 
-from health.engine import SchedulerView
+from health.model import SchedulerView
 from health.slurm_local import LocalSlurm
 from health.sources import expand_hostlist
 from support import free_port, wait_until

@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evaluation.alerts import (
-    Episode,
-    EvaluationError,
-    expected_alerts,
-    firing_episodes,
-    load_truth,
-    score,
-    straggler_samples,
-)
+from evaluation.alert_scoring import expected_alerts, load_truth, score
+from evaluation.firings import Episode, firing_episodes, straggler_samples
+from evaluation.replay import EvaluationError
 from fleetsight.dcgm import names_of
 from rules.ruleset import Rule
 from support import FLEETSIGHT, REPO_ROOT

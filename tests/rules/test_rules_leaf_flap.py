@@ -29,8 +29,9 @@ import pytest
 
 from anomaly.jobs import JobIdentity, from_series
 from anomaly.service import JobNode, job_families
-from evaluation.alerts import series_text, write_openmetrics_blocks
 from evaluation.backfill import CaptureOptions, backfill_blocks
+from evaluation.firings import series_text
+from evaluation.replay import write_openmetrics_blocks
 from fleetsight.procs import stop_process
 from rules.ruleset import rule_files
 from support import free_port, wait_until

@@ -1,0 +1,158 @@
+"""The detector's decision paths beyond the one-window z-score: which GPUs of a scored window are
+candidates on the slow path (a small slowdown averaged over windows), the step path (a sudden lasting
+rise in a small job) and the hardware path (a throttled or link-starved GPU busier than its peers in a
+small job); and whether a window is disturbed (a loud node, or peers scattering as they wait).
+
+The slow path averages the residual over the last ``slow_windows`` windows, for ~10 % stragglers that
+hide in one window's noise, with a physical floor (``slow_min_effect``) that benign jitter stays under;
+a shorter average (``short_windows``) decides sooner when it is significantly above that floor.
+Disturbed windows are left out of the averages. In jobs whose nodes wander by themselves
+(mixture-of-experts routing moves load between nodes for minutes), measured by how far the job's
+averages wandered lately, the slow path needs a hardware signal too.
+
+Its own module: each path is a rule tuned on its own failure (mild gray nodes, expert routing, throttle
+bits); the persistence that turns candidates into flags is the detector's (detector.py).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from .cause import gpu_signals, hardware_signal, nanmedian
+from .job_model import remember
+from .robust import pooled_spread, safe_log
+from .state import Candidate, DetectorConfig, JobState
+from .window import Window
+
+
+def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window: Window) -> np.ndarray:
+    """Small slowdowns (~10 %) hide in one window's noise: the mean residual over the last
+    ``slow_windows`` counted windows must be a physical effect (``slow_min_effect``) and
+    significant (the scale shrinks with the square root of the windows averaged). Benign
+    disturbances (a minute of OS jitter, a rank logging slowly by a few per cent) stay below.
+    A shorter average (``short_windows``) decides sooner when it is significantly *above* the
+    largest benign effect, not just above zero: a 15-20 % straggler in a noisy job."""
+    none = np.zeros(candidate.z.shape, dtype=bool)
+    if disturbed(cfg, state, candidate):
+        # A loud straggler's peers wait, and waiting activity is too noisy to average: the window
+        # enters the averages empty (the fast path handles loud stragglers), so that time still
+        # passes and no average is made of windows from before a long episode.
+        state.recent_resid.append(np.full(candidate.resid.shape, np.nan))
+        return none
+    state.recent_resid.append(candidate.resid)
+    if len(state.recent_resid) < cfg.short_windows:
+        return none
+    stack = np.stack(state.recent_resid)
+    drift = pooled_spread(state.drift)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        short = np.nanmean(stack[-cfg.short_windows :], axis=0)
+        mean = np.nanmean(stack, axis=0)
+    short_scale = np.maximum(candidate.scale / math.sqrt(cfg.short_windows), drift)
+    slow = short - cfg.slow_min_effect >= cfg.z_threshold * short_scale
+    if len(state.recent_resid) >= cfg.slow_windows:
+        state.slow_mean = mean
+        scale = _slow_scale(cfg, candidate, mean, drift)
+        remember(state.drift, mean, state)
+        slow |= (mean >= cfg.slow_min_effect) & (mean / scale >= cfg.z_threshold)
+    if drift > cfg.wander_drift:
+        # The job's nodes wander by themselves (expert routing): a mild straggler cannot be told
+        # from the job's own imbalance unless the hardware says so (or it stepped in: step path).
+        slow &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
+    slow &= candidate.kept_pace
+    return np.where(np.isfinite(short), slow, False)
+
+
+def _slow_scale(cfg: DetectorConfig, candidate: Candidate, mean: np.ndarray, drift: float) -> np.ndarray:
+    """The scale of the slow path's long average: a window's scale over the windows averaged, widened
+    by how far the averages wander across nodes and over time."""
+    scale = candidate.scale / math.sqrt(cfg.slow_windows)  # independent windows
+    if len(candidate.window_nodes) >= 4:
+        # Peers whose load drifts for minutes (mixture-of-experts routing) are not
+        # independent from window to window: the spread of the averages says how far they
+        # wander.
+        spread = 1.4826 * nanmedian(np.abs(mean - nanmedian(mean)))
+        if math.isfinite(spread):
+            scale = np.maximum(scale, spread)
+    # The same over time, which also works for two or three nodes: how far this job's
+    # averages wandered in the last minutes (expert routing drifts ~5 % with ~10 min memory).
+    return np.maximum(scale, drift)
+
+
+def step_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window: Window) -> np.ndarray:
+    """Per GPU of a job under ``few_nodes`` nodes: a sudden rise that lasts. Mixture-of-experts
+    routing moves load between a small job's nodes by 15-25 %, but slowly (minutes of memory), so
+    the slow path there needs a hardware signal. A gray node breaks in from one window to the
+    next: the mean residual of the last ``step_after`` windows is above the mean of the
+    ``step_before`` before them by ``strong_effect`` (twice the largest benign effect), each of
+    them by ``slow_min_effect``, and by ``z_threshold`` times the spread of the rises this job
+    showed lately (routing drift and sampling noise included). And the node itself got busier:
+    in two nodes a residual also rises when the *peer's* samples fall (a DCGM sampler that keeps
+    landing in the communication phase for a minute), but a straggler does more of each step
+    itself. Disturbed windows count here: in a few nodes a loud straggler is what disturbs them."""
+    none = np.zeros(candidate.z.shape, dtype=bool)
+    if len(candidate.window_nodes) >= cfg.few_nodes:  # big jobs keep no step history at all
+        return none
+    state.steps.append((candidate.resid, safe_log(window.tensor[candidate.window_nodes])))
+    if len(state.steps) < (state.steps.maxlen or 0):
+        return none
+    resid = np.stack([r for r, _ in state.steps])
+    own = np.stack([t for _, t in state.steps])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # From the node's usual level at the lowest: a node whose peer stops straggling rises
+        # back from below it (it waited), and that is a recovery, not a step.
+        before = np.maximum(np.nanmean(resid[: -cfg.step_after], axis=0), 0.0)
+        rises = resid[-cfg.step_after :] - before
+        rise = np.nanmean(rises, axis=0)
+        lowest = np.nanmin(rises, axis=0)
+        own_rise = np.nanmean(own[-cfg.step_after :], axis=0) - np.nanmean(own[: -cfg.step_after], axis=0)
+    noise = pooled_spread(state.rises) if len(state.rises) >= cfg.step_before else math.inf
+    remember(state.rises, rise, state)
+    hit = (
+        (rise >= cfg.strong_effect)
+        & (lowest >= cfg.slow_min_effect)
+        & (rise >= cfg.z_threshold * noise)
+        & (own_rise >= cfg.own_drop)
+    )
+    finite = np.isfinite(rise) & np.isfinite(lowest) & np.isfinite(own_rise)
+    return np.where(finite, hit, False) & candidate.kept_pace
+
+
+def hardware_path(cfg: DetectorConfig, candidate: Candidate, window: Window) -> np.ndarray:
+    """Per GPU of a job under ``few_nodes`` nodes, busier than usual against its peers: a throttle
+    bit while its power or SM clock is below theirs, or a downgraded PCIe link on that GPU.
+
+    A small job's scale is as wide as its own imbalance (mixture-of-experts routing swings the
+    load between two nodes by ~25 %), which can hide even a loud straggler from the z-score.
+    But a busier node draws *more* power than its peer at the same clock; one that does more
+    work with less power or a lower clock, and says it is throttled, is the slow one."""
+    node_idx = candidate.window_nodes
+    shape = candidate.z.shape
+    if not 2 <= len(node_idx) < cfg.few_nodes:
+        return np.zeros(shape, dtype=bool)
+    throttled, link = gpu_signals(cfg, window, node_idx)
+    power_ratio = candidate.features[:, 1].reshape(shape)
+    clock_ratio = candidate.features[:, 2].reshape(shape)
+    lower = (np.nan_to_num(power_ratio) <= -cfg.hw_lower) | (np.nan_to_num(clock_ratio) <= -cfg.hw_lower)
+    # A throttled GPU does its work at a lower clock or power. A starved link does not lower either:
+    # the GPU stays busy longer at its clock (power 14-22 % *above* its peers', gen_3026's Gen2 GPU
+    # in a 3-node MoE job), and the downgrade names that very GPU, which no healthy one shows
+    # (unlike the software power-cap bit of busy H100s).
+    signal = (throttled & lower) | link
+    busier = np.nan_to_num(candidate.resid, nan=-np.inf) >= cfg.slow_min_effect
+    return signal & busier & candidate.kept_pace
+
+
+def disturbed(cfg: DetectorConfig, state: JobState, candidate: Candidate) -> bool:
+    """A window where some node is loud, or the peers scatter far more than usual (they wait for
+    a straggler, or the job is unsettled)."""
+    if np.nan_to_num(candidate.z).max() >= cfg.z_strong:
+        return True
+    if len(candidate.window_nodes) < cfg.few_nodes:  # a few nodes' spread swings by itself
+        return False
+    usual = state.spread
+    return math.isfinite(candidate.spread) and math.isfinite(usual) and candidate.spread > 2 * usual
