@@ -17,8 +17,9 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from checks import parsers
+from checks import diag_parser, parsers
 from checks.catalog import load_catalog
+from checks.outcomes import Verdict
 from fleetsight.dcgm import names_of
 from twin import checks as twin_checks
 from twin import dcgm
@@ -68,7 +69,7 @@ def passive_gpu_signals(page: str) -> list[str]:
     return sorted(set(seen))
 
 
-def active_results(node: str, page: str, faults: list[dict[str, Any]]) -> dict[str, parsers.Verdict]:
+def active_results(node: str, page: str, faults: list[dict[str, Any]]) -> dict[str, Verdict]:
     catalog = load_catalog()
     out = {
         "row_remap": parsers.row_remap(page, catalog["row_remap"].params),
@@ -76,7 +77,7 @@ def active_results(node: str, page: str, faults: list[dict[str, Any]]) -> dict[s
     }
     for level in (1, 2, 3, 4):
         text = __import__("json").dumps(twin_checks.dcgmi_diag(level, faults))
-        out[f"dcgm_diag_r{level}"] = parsers.dcgm_diag(text, {})
+        out[f"dcgm_diag_r{level}"] = diag_parser.dcgm_diag(text, {})
     for name, test in (("gemm_throughput", "gemm"), ("hbm_bandwidth", "hbm")):
         out[name] = parsers.probe_lines(twin_checks.gpu_probe(test, faults), catalog[name].params)
     ports = [
@@ -84,7 +85,7 @@ def active_results(node: str, page: str, faults: list[dict[str, Any]]) -> dict[s
         for p in range(8)
     ]
     bad = [f"mlx5_{p}" for p, v in enumerate(ports) if not v.passed]
-    out["ib_pair_bandwidth"] = parsers.Verdict(
+    out["ib_pair_bandwidth"] = Verdict.judged(
         not bad, f"ports {', '.join(bad)} fail" if bad else "8 ports ok"
     )
     return out

@@ -76,7 +76,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dashboards import catalog as dashboard_catalog  # noqa: E402
+from dashboards import common_queries  # noqa: E402
 from evaluation.scale_capture import capture, free_port  # noqa: E402
 from metrics.scale.capture import Capture  # noqa: E402
 from metrics.scale.loadgen import load_source_job  # noqa: E402
@@ -106,7 +106,7 @@ RANGE = "5m"  # the KPI queries' $__range: the window this bench has history for
 DASHBOARD_QUERIES = {
     "fleet-health: exporters up": "sum by (job) (up)",
     "fleet-health: firing alerts": 'count by (severity) (ALERTS{alertstate="firing"})',
-    "fleet-health: power brake GPUs": f"count by (node) ({dashboard_catalog.POWER_BRAKE})",
+    "fleet-health: power brake GPUs": f"count by (node) ({common_queries.POWER_BRAKE})",
     "fleet-health: IB symbol errors": "sum by (node, device, port) "
     "(rate(fleetsight_infiniband_port_symbol_error_total[1m])) > 0",
     "fleet-health: H2D bandwidth 12h": "avg by (node, gpu) "

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .citation import Citation
 from .embed import shared_encoder
 from .index import DocIndex, Hit, Section, default_sources, tokens
 from .live import LiveContext, LiveSources, find_jobs, find_nodes, gather
@@ -104,26 +105,6 @@ def rrf(*scores: np.ndarray) -> np.ndarray:
 
 class QuestionError(ValueError):
     """The question cannot be answered as asked (empty, too long); the message says why."""
-
-
-@dataclass
-class Citation:
-    n: int
-    file: str
-    section: str
-    anchor: str
-    quote: str
-    score: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "file": self.file,
-            "section": self.section,
-            "anchor": self.anchor,
-            "quote": self.quote,
-            "score": round(self.score, 3),
-        }
 
 
 @dataclass

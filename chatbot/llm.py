@@ -20,14 +20,12 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
+from .citation import Citation
 from .live import shared_client
-
-if TYPE_CHECKING:
-    from .answer import Citation
 
 CITE = re.compile(r"\[(\d+)\]")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 import yaml
 
-from fleetsight.secrets import read_secret_file
+from fleetsight.secrets import SecretFileError, read_secret_file
 
 from . import parsers
 from .catalog import Check
+from .outcomes import Verdict
 
 TOOLS_FILE = Path(__file__).resolve().parent / "tools.yml"
 
@@ -88,9 +89,7 @@ def load_tools(path: Path = TOOLS_FILE) -> Tools:
 STATUS = {"passed": "PASS", "failed": "ERR", "unknown": "UNKNOWN"}
 
 
-def record(
-    check: Check, node: str, verdict: parsers.Verdict, started: float, finished: float
-) -> dict[str, Any]:
+def record(check: Check, node: str, verdict: Verdict, started: float, finished: float) -> dict[str, Any]:
     """One result. ``outcome`` is the contract (passed, failed, unknown); ``passed`` is true only for a
     pass, false for a failure and null for an unknown, so that a reader that only knows ``passed`` never
     takes an unknown for a pass nor, if it checks ``is False``, for a failure."""
@@ -132,8 +131,8 @@ class Blind(Exception):
         super().__init__(summary)
         self.reason, self.summary = reason, summary
 
-    def verdict(self) -> parsers.Verdict:
-        return parsers.Verdict.blind(self.reason, self.summary)
+    def verdict(self) -> Verdict:
+        return Verdict.blind(self.reason, self.summary)
 
 
 def _run(command: list[str], timeout: float) -> str:
@@ -164,9 +163,10 @@ def _get(url: str, auth: dict[str, str] | None = None) -> str:
         if "ca_file" in auth:
             verify = ssl.create_default_context(cafile=auth["ca_file"])
         if "password_file" in auth:
-            password = Path(auth["password_file"]).read_text().strip()
+            password = read_secret_file(auth["password_file"], "password_file")
             credentials = (auth.get("username", "prometheus"), password)
-    except (OSError, ssl.SSLError) as exc:
+    except (SecretFileError, OSError, ssl.SSLError) as exc:
+        # credentials the check cannot read say nothing about the node: an unknown, never a failure
         raise Blind("unauthorised", f"cannot load the credentials for {url}: {exc}") from None
     # the name the certificate is issued for, when the URL names another (a node-local Service)
     extensions = {"sni_hostname": auth["server_name"]} if "server_name" in auth else None
@@ -224,13 +224,13 @@ def judge_output(check: Check, node: str, folder: Path) -> dict[str, Any]:
     return record(check, node, verdict, started, time.time())
 
 
-def _judge(check: Check, node: str, tools: Tools, window_s: float | None) -> parsers.Verdict:
+def _judge(check: Check, node: str, tools: Tools, window_s: float | None) -> Verdict:
     if check.parser == "link_errors":  # the same page twice, a window apart: a measurement, not a wait
         before = tools.read(check.tool, node)
         time.sleep(window_s if window_s is not None else float(check.params.get("window_seconds", 30)))
         return parsers.link_errors(before, tools.read(check.tool, node), check.params)
     if check.nodes == 2:
-        return parsers.Verdict.blind("not_run", f"{check.name} runs on two nodes: `fleetsight checks pair`")
+        return Verdict.blind("not_run", f"{check.name} runs on two nodes: `fleetsight checks pair`")
     if tools.is_url(check.tool):
         return parsers.ONE_SHOT[check.parser](tools.read(check.tool, node), check.params)
     text = _run(tools.command(check.tool, node, check.args), 2 * check.seconds)
@@ -315,15 +315,13 @@ def run_pair_client(
     for here, there, role in ((node, partner, "client"), (partner, node, "server")):
         evidence = {"partner": there, "role": role, "ports": ports}
         if not bad:
-            verdict = parsers.Verdict.judged(
-                True, f"{len(ports)} ports at line rate towards {there}", evidence
-            )
+            verdict = Verdict.judged(True, f"{len(ports)} ports at line rate towards {there}", evidence)
         elif failed:
             summary = f"slow or unreadable towards {there}: {', '.join(bad)}"
-            verdict = parsers.Verdict.judged(False, summary, evidence)
+            verdict = Verdict.judged(False, summary, evidence)
         else:
             summary = f"could not measure towards {there}: {', '.join(bad)}"
-            verdict = parsers.Verdict.blind("unreadable", summary, evidence)
+            verdict = Verdict.blind("unreadable", summary, evidence)
         results.append(record(check, here, verdict, started, finished))
     return results
 

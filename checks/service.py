@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from fleetsight import auth
 
 from .catalog import Check
-from .parsers import BLIND_REASONS, OUTCOMES
+from .outcomes import BLIND_REASONS, OUTCOMES
 from .runner import STATUS
 
 POLICY_FILE = Path(__file__).resolve().parent / "policy.yml"

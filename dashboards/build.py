@@ -24,7 +24,7 @@ from grafana_foundation_sdk.builders import (
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
 
-from . import catalog
+from . import catalog, model
 
 OUTPUT_DIR = Path(__file__).resolve().parent
 PANEL_BUILDERS = {
@@ -35,32 +35,32 @@ PANEL_BUILDERS = {
     "statushistory": statushistory.Panel,
     "bargauge": bargauge.Panel,
 }
-DATASOURCE_TYPES = {catalog.PROMETHEUS: "prometheus", catalog.LOGS: "elasticsearch"}
+DATASOURCE_TYPES = {model.PROMETHEUS: "prometheus", model.LOGS: "elasticsearch"}
 
 
 def datasource(uid: str) -> DataSourceRef:
     return DataSourceRef(type_val=DATASOURCE_TYPES[uid], uid=uid)
 
 
-def target(query: catalog.Query, ref_id: str) -> Any:
-    if query.datasource == catalog.LOGS:
+def target(query: model.Query, ref_id: str) -> Any:
+    if query.datasource == model.LOGS:
         return (
             elasticsearch.Dataquery()
             .ref_id(ref_id)
-            .datasource(datasource(catalog.LOGS))
+            .datasource(datasource(model.LOGS))
             .query(query.expr)
             .alias(query.legend)
             .time_field("@timestamp")
             .metrics([elasticsearch.Average().id("1").field(query.metric)])
             .bucket_aggs([elasticsearch.DateHistogram().id("2").field("@timestamp")])
         )
-    built = prometheus.Dataquery().ref_id(ref_id).expr(query.expr).datasource(datasource(catalog.PROMETHEUS))
+    built = prometheus.Dataquery().ref_id(ref_id).expr(query.expr).datasource(datasource(model.PROMETHEUS))
     if query.legend:
         built = built.legend_format(query.legend)
     return built.instant() if query.instant else built.range()
 
 
-def panel(spec: catalog.Panel) -> Any:
+def panel(spec: model.Panel) -> Any:
     if spec.kind not in PANEL_BUILDERS:
         raise ValueError(
             f"panel {spec.title!r}: unknown kind {spec.kind!r} (known: {', '.join(PANEL_BUILDERS)})"
@@ -85,19 +85,19 @@ def panel(spec: catalog.Panel) -> Any:
     return built
 
 
-def variable(spec: catalog.Variable) -> Any:
+def variable(spec: model.Variable) -> Any:
     if spec.constant:
         return dashboard.ConstantVariable(spec.name).label(spec.label).value(spec.query)
     return (
         dashboard.QueryVariable(spec.name)
         .label(spec.label)
         .query(spec.query)
-        .datasource(datasource(catalog.PROMETHEUS))
+        .datasource(datasource(model.PROMETHEUS))
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
 
 
-def build(spec: catalog.Dashboard) -> dict[str, Any]:
+def build(spec: model.Dashboard) -> dict[str, Any]:
     """One dashboard as the JSON object Grafana provisions."""
     built = (
         dashboard.Dashboard(spec.title)
@@ -139,11 +139,11 @@ def normalize(node: Any) -> Any:
     return cleaned
 
 
-def render(spec: catalog.Dashboard) -> str:
+def render(spec: model.Dashboard) -> str:
     return json.dumps(build(spec), indent=2, sort_keys=True) + "\n"
 
 
-def path_of(spec: catalog.Dashboard, out_dir: Path = OUTPUT_DIR) -> Path:
+def path_of(spec: model.Dashboard, out_dir: Path = OUTPUT_DIR) -> Path:
     return out_dir / f"{spec.uid.removeprefix('fleetsight-')}.json"
 
 

@@ -1,7 +1,7 @@
-"""BMC power and power supplies: what a BMC says (the model both protocols fill), its credentials, and
-the node agent's ``bmc`` collector, which reads through either client: Redfish (:mod:`.redfish`) or,
-for BMCs without it, ``ipmitool`` (:mod:`.ipmi`). A BMC is slow (hundreds of ms per request), so a
-reading is kept for ``interval_s`` and scrapes in between reuse it.
+"""BMC power and power supplies: the BMC's credentials and the node agent's ``bmc`` collector, which
+reads through either client: Redfish (:mod:`.redfish`) or, for BMCs without it, ``ipmitool``
+(:mod:`.ipmi`); both fill the model of :mod:`.bmc_model`. A BMC is slow (hundreds of ms per request),
+so a reading is kept for ``interval_s`` and scrapes in between reuse it.
 """
 
 from __future__ import annotations
@@ -9,55 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, register_collector
-
-
-@dataclass
-class Psu:
-    chassis: str
-    psu: str
-    present: bool
-    state: str = ""
-    health: str = ""
-    input_watts: float | None = None
-    output_watts: float | None = None
-    input_volts: float | None = None
-
-    @property
-    def healthy(self) -> bool:
-        """1 only when present, enabled and healthy (the rule the brief and the runbooks use)."""
-        return self.present and self.state.lower() == "enabled" and self.health.upper() == "OK"
-
-
-@dataclass
-class PsuRedundancy:
-    """A redundancy sensor of the power supplies, as the BMC words its state."""
-
-    chassis: str
-    sensor: str
-    state: str
-
-    @property
-    def ok(self) -> bool:
-        """Only "Fully Redundant" is redundant: "Non-Redundant: Sufficient..." still powers the node,
-        but one more failure will not."""
-        return self.state.lower() == "fully redundant"
-
-
-@dataclass
-class BmcReading:
-    protocol: str
-    chassis_watts: dict[str, float] = field(default_factory=dict)
-    chassis_power_on: dict[str, bool] = field(default_factory=dict)
-    psus: list[Psu] = field(default_factory=list)
-    redundancy: list[PsuRedundancy] = field(default_factory=list)
-    sel_entries: dict[str, int] = field(default_factory=dict)
+from .bmc_model import BmcReading
+from .core import Problems, Source, register_collector
+from .exposition import Families
+from .ipmi import IpmiClient
+from .redfish import RedfishClient
 
 
 def load_credentials(secret_file: str | None) -> tuple[str, str] | None:
@@ -196,10 +157,6 @@ class BmcSource(Source):
 @register_collector("bmc", position=40)
 def bmc_collector(opts: Any, _gpu_map: Any) -> Source | None:
     """Redfish when a URL is given, else ipmitool when configured, else no BMC collector on this host."""
-    # The clients import this module's model: imported here, where they are chosen.
-    from .ipmi import IpmiClient
-    from .redfish import RedfishClient
-
     if not (opts.redfish_url or opts.ipmitool):
         return None
     credentials = load_credentials(opts.bmc_credentials_file)

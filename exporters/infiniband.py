@@ -15,7 +15,8 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, list_dir, read_text, register_collector
+from .core import Problems, Source, list_dir, read_text, register_collector
+from .exposition import Families
 from .gpus import normalize_bdf
 
 PORT_LABELS = ["device", "port"]

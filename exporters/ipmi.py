@@ -10,7 +10,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, field
 
-from .bmc import BmcReading, Psu, PsuRedundancy
+from .bmc_model import BmcReading, Psu, PsuRedundancy
 from .core import Problems
 
 _READING = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s+(\S.*?)\s*$")

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, list_dir, read_text, register_collector
+from .core import Problems, Source, list_dir, read_text, register_collector
+from .exposition import Families
 
 CLIENT_COMPONENTS = ("llite", "osc", "mdc")
 SERVER_COMPONENTS = ("obdfilter", "mdt")

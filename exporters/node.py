@@ -18,7 +18,9 @@ from prometheus_client.core import Metric
 
 # Each collector's module registers it (exporters.core.register_collector) when imported.
 from . import bmc, gpus, infiniband, lustre, pcie, probes, xid  # noqa: F401
-from .core import DeadlineRunner, Source, collectors, kv, render
+from .core import Source, collectors, kv
+from .exposition import render
+from .runners import DeadlineRunner
 from .serving import Page, html_page, json_page, metrics_page, not_found, parse_listen
 
 log = logging.getLogger("fleetsight.exporters.node")

@@ -16,7 +16,8 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from .core import Families, Problems, Source, list_dir, read_text, register_collector
+from .core import Problems, Source, list_dir, read_text, register_collector
+from .exposition import Families
 from .gpus import NVIDIA_VENDOR, GpuMap, normalize_bdf
 
 _SPEED = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s")

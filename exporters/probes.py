@@ -25,7 +25,8 @@ from prometheus_client.core import Metric
 
 from fleetsight.cuda import CudaDriver
 
-from .core import Families, Problems, Source, kv, read_text, register_collector
+from .core import Problems, Source, kv, read_text, register_collector
+from .exposition import Families
 from .gpus import GpuMap, normalize_bdf
 
 log = logging.getLogger("fleetsight.exporters.probes")

@@ -9,7 +9,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from .bmc import BmcReading, Psu, PsuRedundancy
+from .bmc_model import BmcReading, Psu, PsuRedundancy
 from .core import Problems, tls_verify
 
 

@@ -29,7 +29,8 @@ from prometheus_client.core import Metric
 
 from fleetsight.xid_catalog import lookup
 
-from .core import Families, Problems, Source, kv, register_collector
+from .core import Problems, Source, kv, register_collector
+from .exposition import Families
 from .gpus import GpuMap, normalize_bdf
 from .kernlog import FileReader, JournalReader, KmsgReader, LogLine
 from .state import save_json

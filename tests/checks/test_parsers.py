@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from checks import parsers
+from checks import diag_parser, outcomes, parsers
 from checks.catalog import CatalogError, load_catalog
 from checks.plan import port_verdicts, round_robin
 from checks.service import load_policy
@@ -30,7 +30,7 @@ def fixture(name: str) -> str:
 
 
 def test_real_gb10_level1_document_fails_with_dcgms_own_reason() -> None:
-    verdict = parsers.dcgm_diag("Successfully ran diagnostic for group.\n" + GB10, {})
+    verdict = diag_parser.dcgm_diag("Successfully ran diagnostic for group.\n" + GB10, {})
     assert verdict.outcome == "failed" and not verdict.reason
     assert verdict.summary == "dcgmi diag failed: software (GPU 0)"
     failure = verdict.evidence["failures"][0]
@@ -41,8 +41,8 @@ def test_real_gb10_level1_document_fails_with_dcgms_own_reason() -> None:
 def test_real_level3_test_object_passes_inside_a_document_and_is_unknown_alone() -> None:
     test = json.loads(EXCERPT.strip().rstrip(","))
     document = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [test]}]}}
-    assert parsers.dcgm_diag(json.dumps(document), {}).outcome == "passed"
-    alone = parsers.dcgm_diag(EXCERPT, {})  # as pasted in the issue: a truncated capture, no document
+    assert diag_parser.dcgm_diag(json.dumps(document), {}).outcome == "passed"
+    alone = diag_parser.dcgm_diag(EXCERPT, {})  # as pasted in the issue: a truncated capture, no document
     assert (alone.outcome, alone.reason) == ("unknown", "unreadable")
     assert "no 'DCGM Diagnostic'" in alone.summary
 
@@ -98,7 +98,7 @@ def test_every_fixture_is_listed_with_its_provenance() -> None:
 def test_each_dcgm_3_and_4_document_gives_its_outcome(
     name: str, outcome: str, summary: str, version: str | None
 ) -> None:
-    verdict = parsers.dcgm_diag(fixture(name), {})
+    verdict = diag_parser.dcgm_diag(fixture(name), {})
     assert verdict.outcome == outcome, verdict
     assert verdict.reason == ("unreadable" if outcome == "unknown" else "")
     if outcome == "unknown":
@@ -125,9 +125,10 @@ def test_the_failures_carry_dcgms_own_error_ids_and_words() -> None:
         "nvvs-3.3.9-per-gpu-sm-stress-fail.json": ([50], "Max stress level of 2128.7"),
     }
     for name, (error_ids, words) in cases.items():
-        first = parsers.dcgm_diag(fixture(name), {}).evidence["failures"][0]
+        first = diag_parser.dcgm_diag(fixture(name), {}).evidence["failures"][0]
         assert first["error_ids"] == error_ids and first["warnings"][0].startswith(words), name
-    stressed = parsers.dcgm_diag(fixture("nvvs-3.3.9-per-gpu-sm-stress-fail.json"), {}).evidence["failures"]
+    stress_fail = fixture("nvvs-3.3.9-per-gpu-sm-stress-fail.json")
+    stressed = diag_parser.dcgm_diag(stress_fail, {}).evidence["failures"]
     assert [f["entity"] for f in stressed] == ["GPU 0", "GPU 2", "GPU 3"]
 
 
@@ -228,13 +229,13 @@ def test_dcgm4_levels_memtest_only_at_level_4_and_the_level_4_document_reads_the
     assert diag_tests(levels[4]) - diag_tests(levels[3]) == {"memtest", "pulse_test"}
     for level, document in levels.items():
         assert schema_problems(document) == [], level
-        assert parsers.dcgm_diag(json.dumps(document), {}).passed, level
+        assert diag_parser.dcgm_diag(json.dumps(document), {}).passed, level
     fault = [{"kind": "hbm_silent_corruption", "gpu": 2}]
     for level in (1, 2, 3):
-        assert parsers.dcgm_diag(json.dumps(twin_checks.dcgmi_diag(level, fault)), {}).passed, level
+        assert diag_parser.dcgm_diag(json.dumps(twin_checks.dcgmi_diag(level, fault)), {}).passed, level
     document = twin_checks.dcgmi_diag(4, fault)
     assert schema_problems(document) == []
-    verdict = parsers.dcgm_diag("Successfully ran diagnostic for group.\n" + json.dumps(document), {})
+    verdict = diag_parser.dcgm_diag("Successfully ran diagnostic for group.\n" + json.dumps(document), {})
     assert verdict.outcome == "failed" and verdict.summary == "dcgmi diag failed: memtest (GPU 2)"
     (failure,) = verdict.evidence["failures"]
     assert failure["category"] == "Stress" and failure["error_ids"] == [58]
@@ -303,7 +304,7 @@ ITERATIONS = json.loads(fixture("dcgmi-3.3.9-r1-i2-iterations-pass.json"))
     ],
 )
 def test_unreadable_diag_output_is_unknown_with_the_reason(text: str, why: str) -> None:
-    verdict = parsers.dcgm_diag(text, {})
+    verdict = diag_parser.dcgm_diag(text, {})
     assert (verdict.outcome, verdict.reason) == ("unknown", "unreadable"), verdict
     assert why in verdict.summary
 
@@ -312,19 +313,19 @@ def test_a_failure_is_failed_even_beside_a_word_the_parser_does_not_know() -> No
     document = copy.deepcopy(GB10_DOC)
     tests = document["DCGM Diagnostic"]["test_categories"][0]["tests"]
     tests.append({"name": "pcie", "results": [{"entity_group": "GPU", "entity_id": 0, "status": "Maybe"}]})
-    verdict = parsers.dcgm_diag(json.dumps(document), {})
+    verdict = diag_parser.dcgm_diag(json.dumps(document), {})
     assert verdict.outcome == "failed" and verdict.summary == "dcgmi diag failed: software (GPU 0)"
     assert verdict.evidence["unknown_status"] == ["pcie: 'Maybe'"]
 
 
 def test_skip_warn_and_nvvs_spellings_pass_and_a_failed_summary_alone_fails() -> None:
     for word in ("Skip", "WARN", "PASS", "skip", "Not Run"):
-        assert parsers.dcgm_diag(with_status(word), {}).outcome == "passed", word
+        assert diag_parser.dcgm_diag(with_status(word), {}).outcome == "passed", word
     document = copy.deepcopy(GB10_DOC)
     test = document["DCGM Diagnostic"]["test_categories"][0]["tests"][0]
     test["results"][0]["status"] = "Pass"
     test["test_summary"]["warnings"] = [{"error_id": 29, "warning": "a global warning"}]
-    verdict = parsers.dcgm_diag(json.dumps(document), {})  # DCGM 4: an error of no one entity
+    verdict = diag_parser.dcgm_diag(json.dumps(document), {})  # DCGM 4: an error of no one entity
     assert verdict.outcome == "failed" and verdict.summary == "dcgmi diag failed: software (summary)"
     assert verdict.evidence["failures"][0]["error_ids"] == [29]
 
@@ -336,10 +337,10 @@ def test_text_around_the_document_and_a_brace_in_a_line_before_it() -> None:
         "WARNING {nvvs}: deprecated\n" + r3 + "\n(exit 0)\n",
         "журнал: ✓ {\n" + r3,
     ):
-        assert parsers.dcgm_diag(text, {}).outcome == "passed"
+        assert diag_parser.dcgm_diag(text, {}).outcome == "passed"
     # one iteration inside an iterations document cut short is not the document
     iterations = fixture("dcgmi-3.3.9-r1-i2-iterations-pass.json")
-    cut = parsers.dcgm_diag(iterations[: iterations.rindex('"Overall Result"') - 5], {})
+    cut = diag_parser.dcgm_diag(iterations[: iterations.rindex('"Overall Result"') - 5], {})
     assert cut.outcome == "unknown"
 
 
@@ -349,7 +350,7 @@ def test_every_cut_of_every_document_is_unknown() -> None:
         text = fixture(name)
         end = text.rfind("}")
         for cut in range(0, end, max(1, end // 150)):
-            verdict = parsers.dcgm_diag(text[:cut], {})
+            verdict = diag_parser.dcgm_diag(text[:cut], {})
             assert (verdict.outcome, verdict.reason) == ("unknown", "unreadable"), (
                 name,
                 cut,
@@ -407,14 +408,14 @@ def test_dcgm_diag_itself_never_raises_on_mutated_real_documents() -> None:
     """Every shape a broken or future writer could give (dcgm_diag's bare function, not its guard): an
     outcome always, and no unexpected exception turned into an unknown by the guard."""
     rng = random.Random(41)
-    bare = parsers.dcgm_diag.__wrapped__  # type: ignore[attr-defined]
+    bare = diag_parser.dcgm_diag.__wrapped__  # type: ignore[attr-defined]
     seen = 0
     for name in [*JSON_FIXTURES, "nvvs-3.1.0-real-output.txt"]:
         text = fixture(name)
         document = json.loads(text[text.index("{") :])
         for mutated in mutations(document, rng):
             verdict = bare(json.dumps(mutated), {})
-            assert verdict.outcome in parsers.OUTCOMES and "parser_error" not in verdict.evidence, name
+            assert verdict.outcome in outcomes.OUTCOMES and "parser_error" not in verdict.evidence, name
             json.dumps(verdict.evidence)  # what the runner posts stays JSON
             seen += 1
     assert seen > 4000
@@ -424,7 +425,7 @@ def test_the_other_parsers_never_raise_on_cut_or_mangled_output() -> None:
     rng = random.Random(41)
     bits = {"bad_bits": {8: "HW Slowdown", 128: "HW Power Brake Slowdown"}}
     h2d = {"min_bytes_per_second": 20e9, "max_age_seconds": 7200}
-    cases: list[tuple[Callable[..., parsers.Verdict], str, dict[str, Any]]] = [
+    cases: list[tuple[Callable[..., outcomes.Verdict], str, dict[str, Any]]] = [
         (parsers.ib_write_bw, IB, {"min_gbits": 350}),
         (parsers.probe_lines, PROBE, GEMM),
         (parsers.row_remap, PAGE, {}),
@@ -443,10 +444,10 @@ def test_the_other_parsers_never_raise_on_cut_or_mangled_output() -> None:
             variants.append("".join(chars))
         for variant in variants:
             verdict = bare(variant, params)
-            assert verdict.outcome in parsers.OUTCOMES and "parser_error" not in verdict.evidence
+            assert verdict.outcome in outcomes.OUTCOMES and "parser_error" not in verdict.evidence
         link = parsers.link_errors.__wrapped__  # type: ignore[attr-defined]
         for variant in variants[:: max(1, len(variants) // 50)]:
-            assert link(variant, variant, LINK_LIMITS).outcome in parsers.OUTCOMES
+            assert link(variant, variant, LINK_LIMITS).outcome in outcomes.OUTCOMES
 
 
 def test_the_guard_turns_an_unexpected_exception_into_an_unknown_naming_it() -> None:

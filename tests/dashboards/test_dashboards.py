@@ -21,8 +21,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from anomaly.source import Queries
-from dashboards import build, catalog, verify
+from anomaly.queries import Queries
+from dashboards import build, catalog, model, researcher, verify
 from dashboards.cli import cli
 from dashboards.templating import Selected, interpolate
 from fleetsight.dcgm import names_of
@@ -54,7 +54,7 @@ def test_a_schema_error_is_caught(tmp_path: Path) -> None:
     """The type check can fail: a panel with a misspelt key is refused."""
     for spec in catalog.DASHBOARDS:
         (tmp_path / build.path_of(spec).name).write_text(build.render(spec))
-    broken = tmp_path / build.path_of(catalog.MY_JOB).name
+    broken = tmp_path / build.path_of(researcher.MY_JOB).name
     broken.write_text(broken.read_text().replace('"gridPos"', '"gridPosition"', 1))
     ok, output = verify.typecheck(Settings(), out_dir=tmp_path)
     assert not ok and "gridPosition" in output
@@ -72,7 +72,7 @@ def aliased_away(names: set[str], produced: set[str]) -> set[str]:
 
 def used_metrics() -> set[str]:
     return {m for spec in catalog.DASHBOARDS for panel in spec.panels() for q in panel.queries
-            if q.datasource == catalog.PROMETHEUS for m in metrics_of(q.expr)}  # fmt: skip
+            if q.datasource == model.PROMETHEUS for m in metrics_of(q.expr)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -195,10 +195,10 @@ def test_every_metric_the_rules_and_services_read_is_produced(live_metric_names:
     ]
 
 
-def shows_on_a_healthy_twin(panel: catalog.Panel) -> bool:
+def shows_on_a_healthy_twin(panel: model.Panel) -> bool:
     """Panels over series that always exist, without a filter that keeps only faults."""
     return not panel.needs and all(
-        q.datasource == catalog.PROMETHEUS and not re.search(r"==|>|ALERTS", q.expr) for q in panel.queries
+        q.datasource == model.PROMETHEUS and not re.search(r"==|>|ALERTS", q.expr) for q in panel.queries
     )
 
 
@@ -240,7 +240,7 @@ def test_every_query_runs_and_the_variables_resolve(
     assert always and set(always) <= with_data, f"empty on a running twin: {set(always) - with_data}"
 
 
-def live_service_panels() -> list[catalog.Panel]:
+def live_service_panels() -> list[model.Panel]:
     """Panels that read what only the live health or anomaly service writes."""
     return [
         panel
@@ -308,7 +308,7 @@ def test_every_target_names_a_provisioned_datasource_of_its_type() -> None:
             for v in dashboard.get("templating", {}).get("list", [])
             if "datasource" in v
         ]
-    assert {ref["uid"] for _, _, ref in used} == {catalog.PROMETHEUS, catalog.LOGS}
+    assert {ref["uid"] for _, _, ref in used} == {model.PROMETHEUS, model.LOGS}
     for sources in (shared, compose):
         wrong = [(f, p, ref) for f, p, ref in used if sources.get(ref["uid"], {}).get("type") != ref["type"]]
         assert not wrong, wrong
@@ -402,8 +402,8 @@ def test_the_logs_panels_run_against_opensearch(
 
     def logs_panels(job: str) -> dict[str, int]:
         results = verify.run_queries(prometheus, {"hpc_job": job}, time.time(), 600, logs)
-        found = {r.panel: r.series for r in results if r.datasource == catalog.LOGS}
-        assert not [r.error for r in results if r.datasource == catalog.LOGS and r.error]
+        found = {r.panel: r.series for r in results if r.datasource == model.LOGS}
+        assert not [r.error for r in results if r.datasource == model.LOGS and r.error]
         return found
 
     assert logs_panels("4242") == {"Step time": 1, "Loss": 1}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dashboards import catalog
-from evaluation.alerts import Episode, alerts_series
+from dashboards import catalog, model
 from evaluation.dashboards import HistoryCheck, check_history, why_empty
+from evaluation.firings import Episode, alerts_series
 from fleetsight.settings import REPO_ROOT
 
 MIXED_DAY = REPO_ROOT / "twin" / "scenarios" / "mixed_day.yaml"
@@ -30,7 +30,7 @@ def assert_every_panel_explained(check: HistoryCheck) -> None:
         (spec.uid, panel.title)
         for spec in catalog.DASHBOARDS
         for panel in spec.panels()
-        if all(q.datasource == catalog.PROMETHEUS and not why_empty(panel, q.expr) for q in panel.queries)
+        if all(q.datasource == model.PROMETHEUS and not why_empty(panel, q.expr) for q in panel.queries)
     }
     assert always and not always & set(check.empty_panels()), always & set(check.empty_panels())
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from exporter_helpers import FIXTURES, bmc_agent, value
 
-from exporters import bmc, ipmi
+from exporters import bmc_model, ipmi
 
 IPMI = FIXTURES / "ipmi"
 
@@ -17,7 +17,7 @@ def sdr(name: str) -> ipmi.SdrElist:
     return ipmi.parse_sdr_elist((IPMI / name).read_text())
 
 
-def by_id(reading: ipmi.SdrElist) -> dict[str, bmc.Psu]:
+def by_id(reading: ipmi.SdrElist) -> dict[str, bmc_model.Psu]:
     return {p.psu: p for p in reading.psus}
 
 

@@ -9,7 +9,7 @@ from exporter_helpers import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporters import fabric, infiniband, ipmi, kernlog, lustre, pcie, probes, xid
+from exporters import fabric_parse, infiniband, ipmi, kernlog, lustre, pcie, probes, xid
 from exporters.gpus import normalize_bdf
 
 FUZZ = settings(max_examples=300, deadline=None)
@@ -253,24 +253,24 @@ def test_ipmi_parsers_never_raise(text):
 
 
 def test_ufm_speed_and_width():
-    assert fabric.lane_rate("NDR") == 100.0
-    assert fabric.lane_rate("HDR") == 50.0
-    assert fabric.lane_rate("FDR10") == 10.0
-    assert fabric.lane_rate("25.78125 Gbps") == 25.78125
-    assert fabric.lane_rate("") is None
-    assert fabric.parse_width("4x") == 4
-    assert fabric.parse_width("") is None
+    assert fabric_parse.lane_rate("NDR") == 100.0
+    assert fabric_parse.lane_rate("HDR") == 50.0
+    assert fabric_parse.lane_rate("FDR10") == 10.0
+    assert fabric_parse.lane_rate("25.78125 Gbps") == 25.78125
+    assert fabric_parse.lane_rate("") is None
+    assert fabric_parse.parse_width("4x") == 4
+    assert fabric_parse.parse_width("") is None
 
 
 @FUZZ
 @given(st.text(max_size=300))
 def test_ufm_parsers_never_raise(text):
-    fabric.lane_rate(text)
-    fabric.parse_width(text)
+    fabric_parse.lane_rate(text)
+    fabric_parse.parse_width(text)
     for document in (text, "node_guid,port_guid,port_num,SymbolErrorCounterExtended\n" + text):
         # Malformed CSV is reported as ValueError (the exporter counts it); anything else fails the test.
         with contextlib.suppress(ValueError):
-            fabric.parse_telemetry_csv(document)
+            fabric_parse.parse_telemetry_csv(document)
 
 
 @FUZZ
@@ -285,6 +285,6 @@ def test_ufm_parsers_never_raise(text):
 )
 def test_ufm_port_rows_and_probe_file_never_raise_on_odd_json(document):
     ports = document if isinstance(document, list) else [document]
-    fabric.port_rows(ports, {})
+    fabric_parse.port_rows(ports, {})
     with contextlib.suppress(ValueError):  # a clear error is the contract; anything else fails the test
         probes.parse_bandwidth_file(json.dumps(document))

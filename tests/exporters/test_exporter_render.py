@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from test_exporter_promtool import full_node
 
-from exporters.core import CONST_LABELS, render
+from exporters.exposition import CONST_LABELS, render
 from exporters.fabric import FabricExporter
 from exporters.node import NodeAgent, NodeOptions
 
