@@ -1,6 +1,6 @@
 """The one pattern catalogue of the log path: what each known line looks like and what event it is.
 
-Both parsers are generated from it (``pipelines/generate.py``): the node-side rulebase of rsyslog's
+Both parsers are generated from it (``pipelines/generate/``): the node-side rulebase of rsyslog's
 ``mmnormalize`` (liblognorm) with the RainerScript that turns its result into ECS fields, and the grok
 processors and classify parameters of the ingest pipelines (``pipelines/ingest/<class>.json``), which stay
 for sources that cannot run FleetSight's rsyslog configuration (switches, BMCs, appliances). The tests

@@ -12,7 +12,7 @@ from pathlib import Path
 from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 
-from . import install
+from . import install, kafka_install, opensearch_install
 from . import kafka_security as security
 from .logclasses import LOG_CLASSES
 from .rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS, NodeOptions, ShipperOptions, node_config, shipper_config
@@ -66,8 +66,8 @@ def prepare_kafka(settings: Settings) -> None:
         advertised=broker,
         node_id=1,
     )
-    common = install.kafka_server_properties(node_id=1, broker_port=0, controller_port=0, log_dir=data)
-    shared = [line for line in common.splitlines() if line.split("=")[0] in install.KAFKA_COMMON_KEYS]
+    common = kafka_install.kafka_server_properties(node_id=1, broker_port=0, controller_port=0, log_dir=data)
+    shared = [line for line in common.splitlines() if line.split("=")[0] in kafka_install.KAFKA_COMMON_KEYS]
     # It holds the admin password (inter-broker SCRAM): owner only.
     security.write_private(properties, text + "\n".join(shared) + "\nauto.create.topics.enable=false\n")
     if not (data / "meta.properties").is_file():
@@ -77,7 +77,7 @@ def prepare_kafka(settings: Settings) -> None:
         cluster_id = "-"
         while cluster_id.startswith("-"):
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        java = install.kafka_java_command(settings, "kafka.tools.StorageTool", heap="128m")
+        java = kafka_install.kafka_java_command(settings, "kafka.tools.StorageTool", heap="128m")
         security.format_with_scram(java, ["format", "-t", cluster_id, "-c", str(properties)], material)
 
 
@@ -99,7 +99,7 @@ def opensearch_dir(settings: Settings) -> Path:
 
 
 def prepare_opensearch(settings: Settings) -> None:
-    install.prepare_opensearch_instance(
+    opensearch_install.prepare_opensearch_instance(
         settings,
         opensearch_dir(settings),
         http_port=settings.port("opensearch"),
@@ -111,13 +111,13 @@ def opensearch_env(settings: Settings) -> dict[str, str]:
     instance = opensearch_dir(settings)
     return {
         "OPENSEARCH_PATH_CONF": str(instance / "config"),
-        "OPENSEARCH_JAVA_HOME": str(install.java_home()),
+        "OPENSEARCH_JAVA_HOME": str(opensearch_install.java_home()),
         "OPENSEARCH_TMPDIR": str(instance / "tmp"),
     }
 
 
 def opensearch_missing(settings: Settings) -> str | None:
-    if not install.opensearch_present(settings):
+    if not opensearch_install.opensearch_present(settings):
         return "not installed: OpenSearch (run `fleetsight setup`)"
     return None
 
@@ -221,12 +221,12 @@ COMPONENTS = [
     Component(
         name="kafka",
         description="Kafka (KRaft): one topic per log class; SASL_SSL (SCRAM) and ACLs",
-        command=lambda s: install.kafka_java_command(s, "kafka.Kafka", str(kafka_properties(s))),
+        command=lambda s: kafka_install.kafka_java_command(s, "kafka.Kafka", str(kafka_properties(s))),
         prepare=prepare_kafka,
         ready=kafka_ready,
         urls=lambda s: {"bootstrap": kafka_bootstrap(s)},
         missing=lambda s: (
-            ("not installed: Kafka (run `fleetsight setup`)" if not install.kafka_present(s) else None)
+            ("not installed: Kafka (run `fleetsight setup`)" if not kafka_install.kafka_present(s) else None)
             or missing_binary("openssl")  # makes the CA and the broker's certificate
         ),
         ready_timeout_s=120.0,
@@ -234,7 +234,7 @@ COMPONENTS = [
     Component(
         name="opensearch",
         description="OpenSearch: parsed logs, searchable (fleetsight logs search)",
-        command=install.opensearch_command,
+        command=opensearch_install.opensearch_command,
         prepare=prepare_opensearch,
         env=opensearch_env,
         ready=lambda s: http_ok(s.url("opensearch", "/_cluster/health?wait_for_status=yellow&timeout=1s")),

@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import yaml
 
+from fleetsight.secrets import SecretFileError, read_secret_file
+
 from .logclasses import PIPELINES_DIR
 
 SECURITY_FILE = PIPELINES_DIR / "security" / "elasticsearch.yml"
@@ -38,20 +40,21 @@ class HttpCredential:
 
     def client_options(self) -> dict[str, Any]:
         """httpx options: basic auth, and the CA to verify the server with."""
-        return {"auth": (self.username, read_secret(self.password_file)), "verify": self.verify()}
+        password = read_secret(self.password_file, ENV_PASSWORD_FILE)
+        return {"auth": (self.username, password), "verify": self.verify()}
 
     def verify(self) -> str | bool:
         return str(self.ca_file) if self.ca_file else True
 
 
-def read_secret(path: Path) -> str:
+def read_secret(path: Path, source: str) -> str:
+    """The secret in path, read as every FleetSight secret file is (:func:`read_secret_file`); source says
+    what the file is for and starts the message of a file that cannot be used, raised as SecurityError,
+    which the CLI reports."""
     try:
-        value = path.read_text().strip()
-    except OSError as exc:
-        raise SecurityError(f"cannot read the secret file {path}: {exc}") from exc
-    if not value:
-        raise SecurityError(f"the secret file {path} is empty")
-    return value
+        return read_secret_file(path, source)
+    except SecretFileError as exc:
+        raise SecurityError(str(exc)) from None
 
 
 def credential_from_env() -> HttpCredential | None:
@@ -95,12 +98,14 @@ def apply_security(url: str, secrets_dir: Path, timeout_s: float = 30.0) -> list
             put("PUT", f"/_security/role/{name}", role, f"role {name}")
             written.append(("role", name))
         for name, user in document["users"].items():
-            password = read_secret(secrets_dir / user["password_secret"])
+            password = read_secret(
+                secrets_dir / user["password_secret"], f"the password secret of user {name}"
+            )
             body = {"password": password, "roles": user["roles"]}
             put("PUT", f"/_security/user/{name}", body, f"user {name}")
             written.append(("user", name))
         for name, secret in document.get("builtin_passwords", {}).items():
-            password = read_secret(secrets_dir / secret)
+            password = read_secret(secrets_dir / secret, f"the password secret of built-in user {name}")
             put("POST", f"/_security/user/{name}/_password", {"password": password}, f"password of {name}")
             written.append(("password", name))
     return written

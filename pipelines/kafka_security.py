@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from fleetsight.certificates import CertificateError, sign_certificate
+from fleetsight.secrets import SecretFileError, read_secret_file
 
 from .logclasses import PIPELINES_DIR
 
@@ -60,11 +61,11 @@ class ClientAuth:
     ca_file: Path
 
     def password(self) -> str:
+        # one reader for every secret file (fleetsight.secrets); its refusal as this module's error
         try:
-            return self.password_file.read_text().strip()
-        except OSError as exc:
-            message = f"cannot read the Kafka password file {self.password_file}: {exc}"
-            raise KafkaSecurityError(message) from exc
+            return read_secret_file(self.password_file, f"the Kafka password file of {self.username}")
+        except SecretFileError as exc:
+            raise KafkaSecurityError(str(exc)) from None
 
     def librdkafka(self) -> dict[str, str]:
         """librdkafka (confluent-kafka) settings: SASL_SSL, SCRAM-SHA-512, the CA, host name checked."""

@@ -4,7 +4,7 @@ plugin's internal user database. docs/security.md T2, T3, T5.
 
 The local stack's OpenSearch runs *without* the plugin (every local client would then need a credential);
 this module serves the secured variant that ``fleetsight setup`` builds beside it
-(:func:`pipelines.install.install_opensearch_security`) and that ``tests/pipelines/
+(:func:`pipelines.opensearch_install.install_opensearch_security`) and that ``tests/pipelines/
 test_opensearch_security.py`` starts, so that the role model of production is enforced by a real server
 here, not only read statically.
 
@@ -46,8 +46,8 @@ from typing import Any
 import yaml
 
 from .es_security import SECURITY_FILE, SecurityError, load, read_secret
-from .install import chown_tree, opensearch_run_as
 from .kafka_security import make_certificates, write_private
+from .opensearch_install import chown_tree, opensearch_run_as
 
 NODE_CN = "fleetsight-opensearch"
 """The subject of the node's certificate (``CN=...``): the plugin admits a transport peer by it
@@ -156,11 +156,11 @@ def internal_users(document: dict[str, Any], secrets_dir: Path) -> dict[str, Any
     """Every user with the bcrypt hash of its password secret (secrets_dir/<password_secret>)."""
     users: dict[str, Any] = meta("internalusers")
     for name, entry in document["users"].items():
-        password = read_secret(secrets_dir / entry["password_secret"])
+        password = read_secret(secrets_dir / entry["password_secret"], f"the password secret of user {name}")
         users[name] = {"hash": bcrypt_hash(password), "reserved": False, "description": f"FleetSight {name}"}
     secret = document.get("builtin_passwords", {}).get("kibana_system")
     if secret:
-        password = read_secret(secrets_dir / secret)
+        password = read_secret(secrets_dir / secret, "the password secret of built-in user kibana_system")
         users[KIBANA_SERVER_USER] = {"hash": bcrypt_hash(password), "reserved": True}
     return users
 
@@ -222,7 +222,7 @@ def configure_node(
     document: dict[str, Any] | None = None,
     hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
 ) -> Path:
-    """Turn the config folder of an instance prepared from :func:`~pipelines.install.
+    """Turn the config folder of an instance prepared from :func:`~pipelines.opensearch_install.
     opensearch_secured_home` into a secured one: a fresh CA and node certificate (made now, never
     committed), the settings, and the plugin's files for the model's users, whose passwords are in
     secrets_dir. Owned by the user OpenSearch runs as. Returns the CA file clients verify it with."""

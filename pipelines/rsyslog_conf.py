@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from . import generate
 from .catalogue import CATALOGUES
+from .generate import EDGE_DIR
+from .generate.edge import edge_ruleset, lookup_tables
 from .kafka_security import RsyslogAuth, rsyslog_conf_params
 from .logclasses import LOG_CLASSES, LogClass
 
@@ -53,7 +54,7 @@ class NodeOptions:
     # Parse the catalogued classes (pipelines/catalogue.py) here and ship ECS JSON to their edge topics;
     # False ships every class raw, for the ingest pipelines (the pre-#25 path; the benchmark compares).
     edge_parse: bool = True
-    edge_dir: Path = generate.EDGE_DIR  # where the node finds the rulebases and lookup tables
+    edge_dir: Path = EDGE_DIR  # where the node finds the rulebases and lookup tables
     # SASL_SSL + SCRAM to the nodes' listener (docs/security.md T2, T3); None: PLAINTEXT (tests of the
     # parsing alone, never a deployment).
     kafka_auth: RsyslogAuth | None = None
@@ -100,20 +101,20 @@ NODE_RECORD_TEMPLATE = (
 READ_TIME_TEMPLATE = "fleetsight_read_time"
 
 
-def edge_preamble(edge_dir: Path = generate.EDGE_DIR) -> list[str]:
+def edge_preamble(edge_dir: Path = EDGE_DIR) -> list[str]:
     """What the edge rulesets need at the top of a node configuration: mmnormalize, the Xid lookup tables
     and the template of the time rsyslog read a line."""
     return [
         'module(load="mmnormalize")',
-        generate.lookup_tables(edge_dir),
+        lookup_tables(edge_dir),
         f'template(name="{READ_TIME_TEMPLATE}" type="string" string="%timegenerated:::date-rfc3339%")',
         f'template(name="fleetsight_edge_record" type="string" string={quote("%$!%" + RECORD_END)})',
     ]
 
 
-def edge_parse_ruleset(log_class: str, edge_dir: Path = generate.EDGE_DIR) -> str:
+def edge_parse_ruleset(log_class: str, edge_dir: Path = EDGE_DIR) -> str:
     """The ruleset that parses one catalogued class's line on the node into its ECS document ($!)."""
-    body = generate.edge_ruleset(CATALOGUES[log_class], edge_dir, READ_TIME_TEMPLATE)
+    body = edge_ruleset(CATALOGUES[log_class], edge_dir, READ_TIME_TEMPLATE)
     return f'ruleset(name="edge_parse_{log_class}") {{\n{body}\n}}'
 
 

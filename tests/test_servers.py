@@ -26,13 +26,10 @@ from opensearchpy import OpenSearch
 
 from fleetsight.settings import Settings
 from metrics.install import THANOS_BUILD, THANOS_VERSION
-from pipelines.install import (
-    KAFKA_VERSION,
+from pipelines.kafka_install import KAFKA_VERSION, kafka_java_command, kafka_present, kafka_server_properties
+from pipelines.opensearch_install import (
     OPENSEARCH_HEAP,
     OPENSEARCH_VERSION,
-    kafka_java_command,
-    kafka_present,
-    kafka_server_properties,
     opensearch_command,
     opensearch_present,
     opensearch_run_as,

@@ -1,4 +1,4 @@
-"""`fleetsight licences` (deploy/licences.py): the inventory of this checkout passes the policy, an AGPL
+"""`fleetsight licences` (deploy/licences*.py): the inventory of this checkout passes the policy, an AGPL
 artifact added on purpose (real files under a root the inventory is pointed at) fails it, and
 docs/licences.md is what the generator writes."""
 
@@ -11,7 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from deploy import licences
-from deploy.licences import Artifact, Roots
+from deploy import licences_classify as classify
+from deploy import licences_collect as collect
+from deploy import licences_render as render
+from deploy.licences_classify import Artifact
+from deploy.licences_collect import Roots
 
 AGPL_TEXT = """                    GNU AFFERO GENERAL PUBLIC LICENSE
                        Version 3, 19 November 2007
@@ -27,12 +31,12 @@ BSD3_TEXT = """Redistribution and use in source and binary forms, with or withou
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[licences.Row]:
+def rows() -> list[classify.Row]:
     return licences.run_inventory()
 
 
-def test_this_checkout_has_no_denied_or_unknown_licence(rows: list[licences.Row]) -> None:
-    assert not licences.failing(rows), licences.failure_message(rows)
+def test_this_checkout_has_no_denied_or_unknown_licence(rows: list[classify.Row]) -> None:
+    assert not classify.failing(rows), render.failure_message(rows)
     kinds = {r.artifact.kind for r in rows}
     # every source was read: an empty cache or a broken reader would pass with nothing listed
     assert {"python", "python:elastalert", "go", "maven", "npm", "debian", "model"} <= kinds, kinds
@@ -40,9 +44,9 @@ def test_this_checkout_has_no_denied_or_unknown_licence(rows: list[licences.Row]
     assert thanos and thanos[0].artifact.licence == "Apache-2.0"
 
 
-def test_docs_licences_md_is_current(rows: list[licences.Row]) -> None:
-    expected = licences.markdown(rows, licences.operator_images(Roots().repo, licences.load_policy()))
-    assert licences.DOC_FILE.read_text() == expected, "stale: run `fleetsight licences --format markdown`"
+def test_docs_licences_md_is_current(rows: list[classify.Row]) -> None:
+    expected = render.markdown(rows, render.operator_images(Roots().repo, classify.load_policy()))
+    assert render.DOC_FILE.read_text() == expected, "stale: run `fleetsight licences --format markdown`"
 
 
 def shadow_venv(real: Path, target: Path) -> Path:
@@ -50,7 +54,7 @@ def shadow_venv(real: Path, target: Path) -> Path:
     differs."""
     site = target / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
-    for entry in licences.site_packages(real)[0].iterdir():
+    for entry in collect.site_packages(real)[0].iterdir():
         (site / entry.name).symlink_to(entry)
     return site
 
@@ -89,30 +93,30 @@ def test_an_agpl_go_module_in_a_built_binary_fails(tmp_path: Path) -> None:
     roots = Roots()
     helm = roots.cache_dir / "bin" / "helm"
     assert helm.is_file(), "helm is not built: run `fleetsight setup`"
-    module, version = next(m for m in licences.go_binary_modules(helm) if m[0].startswith("github.com/"))
-    real_cache = licences.gomodcache(roots)
-    folder = shadow_modcache(real_cache, tmp_path / "mod", f"{licences.go_module_escape(module)}@{version}")
+    module, version = next(m for m in collect.go_binary_modules(helm) if m[0].startswith("github.com/"))
+    real_cache = collect.gomodcache(roots)
+    folder = shadow_modcache(real_cache, tmp_path / "mod", f"{collect.go_module_escape(module)}@{version}")
     (folder / "LICENSE").write_text(AGPL_TEXT)
     rows = licences.run_inventory(Roots(gomodcache=tmp_path / "mod"))
-    bad = licences.failing(rows)
+    bad = classify.failing(rows)
     assert [(r.artifact.name, r.artifact.licence, r.verdict) for r in bad] == [
         (module, "AGPL-3.0-only", "denied")
-    ], licences.failure_message(rows)
+    ], render.failure_message(rows)
 
 
 def test_a_go_module_whose_source_left_the_cache_is_unknown(tmp_path: Path) -> None:
-    artifact = licences.go_module_artifact(tmp_path, "example.com/Gone", "v1.0.0", "helm")
+    artifact = collect.go_module_artifact(tmp_path, "example.com/Gone", "v1.0.0", "helm")
     assert "source not in cache" in artifact.note
-    assert licences.judge(artifact, licences.load_policy()).verdict == "unknown"
+    assert classify.judge(artifact, classify.load_policy()).verdict == "unknown"
 
 
 def test_an_exception_never_covers_a_denied_licence() -> None:
-    policy = licences.load_policy()
+    policy = classify.load_policy()
     artifact = Artifact("debian", "rsyslog", "1", "AGPL-3.0-only", "copyright", "rsyslog")
     assert policy.exception_for("debian", "rsyslog") is not None
-    assert licences.judge(artifact, policy).verdict == "denied"
+    assert classify.judge(artifact, policy).verdict == "denied"
     gpl = Artifact("debian", "rsyslog", "1", "GPL-3.0-or-later AND Apache-2.0", "copyright", "rsyslog")
-    assert licences.judge(gpl, policy).verdict == "excepted"
+    assert classify.judge(gpl, policy).verdict == "excepted"
 
 
 @pytest.mark.parametrize(
@@ -128,7 +132,7 @@ def test_an_exception_never_covers_a_denied_licence() -> None:
     ],
 )
 def test_licence_texts_are_classified_by_their_key_phrases(text: str, expected: str) -> None:
-    assert licences.classify_text(text) == expected
+    assert classify.classify_text(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -144,11 +148,11 @@ def test_licence_texts_are_classified_by_their_key_phrases(text: str, expected: 
     ],
 )
 def test_expressions_are_judged_by_the_policy(expression: str, verdict: str) -> None:
-    assert licences.evaluate(expression, licences.load_policy()) == verdict
+    assert classify.evaluate(expression, classify.load_policy()) == verdict
 
 
 def test_names_in_metadata_normalise_to_spdx() -> None:
-    assert licences.normalise("The MIT License (MIT)") == "MIT"
-    assert licences.normalise("GPL-2+ or Apache-2.0") == "GPL-2.0-or-later OR Apache-2.0"
-    assert licences.normalise("The Apache Software License, Version 2.0") == "Apache-2.0"
-    assert licences.normalise("CDDL 1.1") == "CDDL-1.1"
+    assert classify.normalise("The MIT License (MIT)") == "MIT"
+    assert classify.normalise("GPL-2+ or Apache-2.0") == "GPL-2.0-or-later OR Apache-2.0"
+    assert classify.normalise("The Apache Software License, Version 2.0") == "Apache-2.0"
+    assert classify.normalise("CDDL 1.1") == "CDDL-1.1"

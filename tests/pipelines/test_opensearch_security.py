@@ -33,7 +33,7 @@ from logs_helpers import children
 from chatbot.config import chat_config
 from chatbot.live import gather
 from fleetsight.settings import Settings
-from pipelines import install
+from pipelines import opensearch_install
 from pipelines.apply import ApplyError, SearchServer
 from pipelines.es_security import SECURITY_FILE
 from pipelines.logclasses import LOG_CLASSES
@@ -111,14 +111,14 @@ def started(process: subprocess.Popen, secured: Secured) -> bool:
 @pytest.fixture(scope="module")
 def secured() -> Iterator[Secured]:
     settings = Settings()
-    if not install.opensearch_secured_present(settings):
+    if not opensearch_install.opensearch_secured_present(settings):
         pytest.fail("OpenSearch with its security plugin is not installed: run `fleetsight setup`")
     # Not under pytest's 0700 tmp folder: OpenSearch runs as nobody when we are root.
     base = Path(tempfile.mkdtemp(prefix="fleetsight-opensearch-secured-"))
     base.chmod(0o755)
-    home = install.opensearch_secured_home(settings)
+    home = opensearch_install.opensearch_secured_home(settings)
     instance, port = base / "node", free_port()
-    env = install.prepare_opensearch_instance(
+    env = opensearch_install.prepare_opensearch_instance(
         settings, instance, http_port=port, transport_port=free_port(), home=home
     )
     write_passwords(base / "secrets")
@@ -127,7 +127,7 @@ def secured() -> Iterator[Secured]:
     began = time.monotonic()
     with found.log.open("wb") as out:
         process = subprocess.Popen(
-            install.opensearch_command(settings, home),
+            opensearch_install.opensearch_command(settings, home),
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

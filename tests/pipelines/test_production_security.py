@@ -17,7 +17,7 @@ import yaml
 
 from fleetsight.settings import Settings
 from pipelines.es_security import SECURITY_FILE
-from pipelines.install import kafka_java_command, kafka_present
+from pipelines.kafka_install import kafka_java_command, kafka_present
 from pipelines.kafka_security import (
     ACLS_FILE,
     NODE_USER,
