@@ -47,8 +47,10 @@ def wait_until(predicate: Callable[[], T], timeout: float = 60.0, interval: floa
         if value:
             return value
         if time.monotonic() - started > allowed:
-            pytest.fail(f"timed out after {allowed:.0f}s ({timeout:.0f}s x patience {PATIENCE:g}) waiting for "
-                        f"{what or predicate}")
+            pytest.fail(
+                f"timed out after {allowed:.0f}s ({timeout:.0f}s x patience {PATIENCE:g}) waiting for "
+                f"{what or predicate}"
+            )
         time.sleep(interval)
 
 
