@@ -30,7 +30,7 @@ def health(slurm: DynamicSlurm, tmp_path_factory: pytest.TempPathFactory) -> Ite
     process, url = slurm_health(tmp_path_factory.mktemp("health"), slurm)
     with stopping(process):
         wait_until(
-            lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) >= len(NODES),
+            lambda: set(NODES) <= {n["node"] for n in httpx.get(f"{url}/v1/nodes").json()["nodes"]},
             timeout=20,
             what="the Slurm nodes to be known",
         )

@@ -36,11 +36,15 @@ def slurm() -> Iterator[HookedSlurm]:
         yield cluster
 
 
+def known_nodes(url: str) -> set[str]:
+    return {n["node"] for n in httpx.get(f"{url}/v1/nodes").json()["nodes"]}
+
+
 @pytest.fixture(scope="module")
 def health(slurm: HookedSlurm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     process, url = slurm_health(tmp_path_factory.mktemp("health-hc"), slurm, tokens=f"{TOKEN}=read,override")
     with stopping(process):
-        wait_until(lambda: len(httpx.get(f"{url}/v1/nodes").json()["nodes"]) == len(NODES), 20)
+        wait_until(lambda: set(NODES) <= known_nodes(url), 20, what="the Slurm nodes to be known")
         yield url
 
 
