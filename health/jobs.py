@@ -296,17 +296,15 @@ def parse_window(text: str, now: float) -> Window:
 
 
 def job_faults(service: HealthService, job: str, window: Window) -> dict[str, Any]:
-    url = service.sources.prometheus_url
-    if not url:
+    # The sources' own client (the service's source timeout; its connections kept between requests)
+    prom = service.sources.prometheus
+    if prom is None:
         # Jobs are known only from Prometheus (fleetsight_job_node_info): without it no job is known.
         raise HTTPException(404, f"unknown job {job!r}: no Prometheus (--prometheus-url) to find jobs in")
-    prom = Prometheus(url, service.policy.source_timeout_s)  # the service's timeout for every source
     try:
         return answer(service, prom, job, window)
     except PrometheusError as exc:
         raise HTTPException(502, str(exc)) from exc
-    finally:
-        prom.close()
 
 
 def answer(service: HealthService, prom: Prometheus, job: str, window: Window) -> dict[str, Any]:
