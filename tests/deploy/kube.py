@@ -159,6 +159,11 @@ class Cluster:
                 f"--root-ca-file={self.ca}",
                 "--use-service-account-credentials=false",
                 "--concurrent-gc-syncs=2",
+                # kwok renews the nodes' leases; on a busy 2-core machine it can starve for tens of
+                # seconds, the default 40 s grace marks the nodes Unknown and their pods NotReady, and
+                # kwok's pod-ready stage (pods without a podIP only) never readies them again: a DaemonSet
+                # stayed at 0 ready for good in CI. No test here watches a node go silent.
+                "--node-monitor-grace-period=300s",
             ],
         )
         self.spawn(
@@ -175,7 +180,6 @@ class Cluster:
                 "--cidr=10.244.0.0/16",
                 "--node-ip=10.0.0.1",
                 f"--server-address=127.0.0.1:{free_port()}",
-                f"--config={self.folder / 'kwok.yaml'}",
                 f"--config={self.folder / 'kwok.yaml'}",
             ],
         )

@@ -33,13 +33,19 @@ def test_helm_install_deploys_the_release(release: Cluster) -> None:
 def test_the_node_agent_runs_on_every_gpu_node_and_nowhere_else(release: Cluster) -> None:
     path = f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/{AGENT}"
 
+    last: dict[str, object] = {}
+
     def placed() -> bool:
-        status = release.get(path).get("status", {})
-        return status.get("desiredNumberScheduled") == len(GPU_NODES) and status.get("numberReady") == len(
+        last.update(release.get(path).get("status", {}))
+        return last.get("desiredNumberScheduled") == len(GPU_NODES) and last.get("numberReady") == len(
             GPU_NODES
         )
 
-    wait_until(placed, timeout=60, what="the node agent ready on both GPU nodes")
+    try:
+        wait_until(placed, timeout=60, what="the node agent ready on both GPU nodes")
+    except pytest.fail.Exception as timed_out:
+        nodes = {n: release.node(n)["status"].get("conditions") for n in GPU_NODES}
+        pytest.fail(f"{timed_out}; DaemonSet status {last}; GPU nodes' conditions {nodes}")
     pods = release.get(
         f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component%3Dnode-agent"
     )["items"]
