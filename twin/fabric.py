@@ -70,7 +70,7 @@ class FabricMixin:
         for i, phase in enumerate(self._phase_of_node):
             if phase == "startup":
                 read[i] = 2.2e9
-            elif phase in ("compute", "stall"):
+            elif phase in ("compute", "stall", "eval"):
                 read[i] = 3.0e6
             elif phase == "checkpoint":
                 write[i] = 6.0e9 / max(1.0, float(np.max(self.ost_slow)) * 0.2 + 0.8)
@@ -78,7 +78,7 @@ class FabricMixin:
 
     def _update_lustre(self, tick: float) -> None:
         read, write = self._lustre_rates()
-        small = np.array([p in ("compute", "stall") for p in self._phase_of_node])
+        small = np.array([p in ("compute", "stall", "eval") for p in self._phase_of_node])
         read_size = np.where(small, 4096.0, 1048576.0)
         read_count = read * tick / read_size
         write_count = write * tick / 4194304.0

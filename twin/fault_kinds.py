@@ -23,8 +23,17 @@ FAULT_KINDS = (
     "gray_slow_node",
     "loss_spike",
 )
+# What training itself does to a whole job, by design or by the researcher's plan: benign too, and
+# targeted at a job, not a node (twin/training_kinds.py). Never drawn at random: a scenario names them.
+TRAINING_KINDS = (
+    "checkpoint_stall",  # every rank idles while the checkpoint is written; ranks resume seconds apart
+    "eval_pause",  # the job stops training for an evaluation pass: forward passes only, no steps
+    "moe_imbalance",  # expert routing loads one node more than the rest; the busiest moves every few min
+    "pipeline_bubble",  # pipeline stages idle by design; the first and last stage carry the most work
+    "job_resize",  # the job stops and restarts on more or fewer nodes
+)
 # Disturbances a healthy cluster has: listed in the truth with "benign": true (false flags if flagged).
-BENIGN_KINDS = ("dataloader_hiccup", "os_jitter", "slow_rank_logging")
+BENIGN_KINDS = ("dataloader_hiccup", "os_jitter", "slow_rank_logging", *TRAINING_KINDS)
 # Faults no passive signal shows, found only by an intrusive check (twin/checks.py answers them); apart
 # from FAULT_KINDS so that drawn scenarios (which draw from FAULT_KINDS) stay what they were.
 SILENT_KINDS = ("hbm_silent_corruption",)
@@ -79,6 +88,11 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "dataloader_hiccup": 10.0,  # seconds the node's data loader stalls
     "os_jitter": 1.04,  # compute-time multiplier of the node
     "slow_rank_logging": 1.02,  # compute-time multiplier of the node whose rank logs slowly
+    "checkpoint_stall": 6.0,  # seconds between the first and the last node resuming after the write
+    "eval_pause": 0.5,  # an evaluation pass's compute share of the time, against training's
+    "moe_imbalance": 0.10,  # the busiest node's extra compute while expert routing favours it
+    "pipeline_bubble": 0.06,  # the last stage's extra work (LM head and loss); the first stage half of it
+    "job_resize": 1.0,
     "telemetry_dropout": 1.0,
     "profiling_dropout": 1.0,
     "xid_storm": 300.0,  # times the one Xid line is logged
@@ -106,6 +120,11 @@ MAGNITUDE_RANGE: dict[str, tuple[float, float, str]] = {
     "dataloader_hiccup": (1.0, 120.0, "seconds of data-loader stall, 1..120"),
     "os_jitter": (1.0, 1.5, "a compute-time multiplier 1..1.5"),
     "slow_rank_logging": (1.0, 1.2, "a compute-time multiplier 1..1.2"),
+    "checkpoint_stall": (0.0, 60.0, "seconds between the first and the last node resuming, 0..60"),
+    "eval_pause": (0.05, 1.0, "the evaluation's compute share against training's, 0.05..1"),
+    "moe_imbalance": (0.0, 0.25, "the busiest node's extra compute, 0..0.25 (capacity factor 1.25)"),
+    "pipeline_bubble": (0.0, 0.5, "the last stage's extra work over a middle stage, 0..0.5"),
+    "job_resize": (1.0, 1.0, "1 (the new node count is target.nodes)"),
     "telemetry_dropout": (1.0, 1.0, "1 (the source does not answer)"),
     "profiling_dropout": (1.0, 1.0, "1 (the profiling fields read 0)"),
     "xid_storm": (2.0, 10000.0, "the number of times the Xid line is logged, 2..10000"),
@@ -132,6 +151,11 @@ TARGET_KEYS: dict[str, set[str]] = {
     "dataloader_hiccup": {"node"},
     "os_jitter": {"node"},
     "slow_rank_logging": {"node", "rank"},
+    "checkpoint_stall": {"job"},
+    "eval_pause": {"job"},
+    "moe_imbalance": {"job", "every"},  # every: how long one node stays the busiest (default 3m)
+    "pipeline_bubble": {"job", "micro_batches"},  # micro_batches: per step and replica (default 8)
+    "job_resize": {"job", "nodes"},  # nodes: the count it restarts on
     "telemetry_dropout": {"node", "source"},
     "profiling_dropout": {"node", "gpu"},  # no gpu: every GPU of the node (the usual case)
     "xid_storm": {"node", "gpu", "code"},
@@ -144,4 +168,11 @@ REQUIRED_TARGET: dict[str, tuple[str, str]] = {
     "telemetry_dropout": ("source", "the source that stops answering: dcgm-exporter, node_agent or bmc"),
     "job_crash_xids": ("job", "the id of the job that crashes (one of jobs)"),
     "check_tool_missing": ("tool", "the missing tool: dcgmi, gpu_probe or ib_write_bw"),
+    **{kind: ("job", "the id of the job it acts on (one of jobs)") for kind in TRAINING_KINDS},
+}
+# How long an event lasts when the scenario does not say, where the generic 10 minutes would not fit.
+DEFAULT_DURATION: dict[str, str] = {
+    "checkpoint_stall": "90s",  # NVIDIA Eos, a 340B Megatron-LM run: a checkpoint lasts ~90 s
+    "eval_pause": "4m",  # Megatron-LM's 100 evaluation iterations, forward only, of a ~7 s step
+    "job_resize": "60s",  # requeue to restart, as a job's restart_delay
 }

@@ -48,4 +48,9 @@ NODE_MODIFIERS: dict[str, Any] = {
     "comm_slow": 1.0,
     "node_stall": 0.0,
     "thermal_ratio": 1.0,
+    # What training itself does to a node's share of its job (twin/training_kinds.py): its work against
+    # the job's layout (expert routing, pipeline stages), and the share of its compute a pipeline's
+    # bubble turns into waiting.
+    "node_work": 1.0,
+    "bubble": 0.0,
 }

@@ -21,6 +21,7 @@ from . import hardware as hw
 from .counters import G
 from .fault_kinds import NOT_HARDWARE_KINDS
 from .fault_state import NODE_MODIFIERS, ActiveFault
+from .training_kinds import TRAINING_MODIFIERS
 
 if TYPE_CHECKING:
     from .workload import JobRun
@@ -35,6 +36,7 @@ MAX_SLOWDOWN = 100.0  # reported when the job made (almost) no progress during t
 PACE_EPS = 1e-3
 PACE_TIE = 0.05
 PACE_GAP_S = 30.0
+TRAINING_TRUTH_KEYS = ("resumed", "busiest", "from_nodes", "to_nodes", "bubble")
 
 
 class FaultTruthMixin:
@@ -58,6 +60,12 @@ class FaultTruthMixin:
         # A switch or job fault: the hosts it touched, which its target does not name.
         if "nodes" in fault.state:
             fault.truth["nodes"] = fault.state["nodes"]
+        # What a training kind did, as it happens (the lists grow in place): when each node resumed after
+        # a checkpoint, which node was the busiest under expert routing, a resized job's node lists, a
+        # pipeline's bubble share.
+        for key in TRAINING_TRUTH_KEYS:
+            if key in fault.state:
+                fault.truth[key] = fault.state[key]
         if spec.kind in NOT_HARDWARE_KINDS:  # a drain for it is a wrong drain (twin/truth.py)
             fault.truth["hardware"] = False
         self.truth_lines.append(fault.truth)
@@ -156,6 +164,8 @@ class FaultTruthMixin:
             loss_mult=dict(self.loss_mult),
         )
         for name, value in NODE_MODIFIERS.items():
+            if removed is not None and name in TRAINING_MODIFIERS:
+                continue  # taking a node's fault away leaves its job's routing and pipeline layout
             getattr(m, name)[rows] = value
         for fault in faults:
             self._modify(fault, m)

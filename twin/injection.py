@@ -18,11 +18,13 @@ import numpy as np
 
 from .blind_spot_faults import BlindSpotFaultsMixin
 from .counters import G, P
+from .fault_kinds import TRAINING_KINDS
 from .fault_state import NODE_MODIFIERS, ActiveFault
 from .fault_truth import FaultTruthMixin
 from .link_faults import LinkFaultsMixin
 from .node_faults import NodeFaultsMixin
 from .scenario_model import FaultSpec, Scenario
+from .training_kinds import TrainingKindsMixin
 
 if TYPE_CHECKING:
     from .workload import JobRun
@@ -67,7 +69,7 @@ def draw_benign(scenario: Scenario, first: int = 1) -> list[FaultSpec]:
     return [replace(e, id=f"b{first + i:04d}") for i, e in enumerate(events)]
 
 
-class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFaultsMixin):
+class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFaultsMixin, TrainingKindsMixin):
     """The Simulation's fault handling (a mixin: the state lives on the Simulation): the events'
     lifecycle here, each kind's handlers and the truth in the mixins it is made of."""
 
@@ -77,7 +79,8 @@ class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFau
             fault = self.faults[self.next_fault]
             self.next_fault += 1
             fault.started = True
-            if fault.spec.benign and self._job_on(fault.node) is None:
+            idle = self._job_on(fault.node) is None
+            if fault.spec.benign and fault.spec.kind not in TRAINING_KINDS and idle:
                 fault.ended = True  # a disturbance of a job's data path: nothing to disturb
                 continue
             self._start_fault(fault)
@@ -126,6 +129,10 @@ class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFau
             self._storm_tick(fault)
         elif fault.spec.kind == "fabric_manager_down":
             self._fabric_manager_tick(fault)
+        elif fault.spec.kind == "moe_imbalance":
+            self._moe_tick(fault)
+        elif fault.spec.kind == "pipeline_bubble":
+            self._training_job(fault)  # the nodes it shapes, as the job (re)starts
 
     # The targets the kinds' handlers read, checked against the node's hardware.
     def _gpu_target(self, spec: FaultSpec) -> int:
@@ -180,5 +187,7 @@ class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFau
                 m.comm_slow[i] *= 2.5
         elif spec.kind == "lustre_ost_slow":
             m.ost_slow[fault.state["ost"]] = max(m.ost_slow[fault.state["ost"]], spec.magnitude)
+        elif spec.kind in ("moe_imbalance", "pipeline_bubble"):
+            self._shape_job(fault, m)
         elif spec.kind == "loss_spike" and fault.state.get("job"):
             m.loss_mult[fault.state["job"]] = spec.magnitude

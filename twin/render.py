@@ -376,7 +376,7 @@ def slurm_jobs(sim: Simulation) -> dict[str, Any]:
     # A job on Kubernetes (its own `scheduler` key, else the dcgm label mode) is no Slurm job.
     for job in (j for j in sim.jobs if dcgm.job_scheduler(sim.scenario.dcgm, j) != "kubernetes"):
         names = [sim.nodes[i] for i in job.nodes]
-        count = job.spec.nodes if isinstance(job.spec.nodes, int) else len(job.spec.nodes)
+        count = job.resize_to or (job.spec.nodes if isinstance(job.spec.nodes, int) else len(job.spec.nodes))
         started = sim.unix(job.started_at) if job.started_at is not None else None
         ended = sim.unix(job.ended_at) if job.ended_at is not None and job.state != "PENDING" else None
         jobs.append(

@@ -38,6 +38,7 @@ from .scenario_model import (
     Scenario,
     node_names,
 )
+from .scenario_training import check_training_faults
 
 __all__ = [
     "SHIPPED_DIR",
@@ -192,6 +193,7 @@ def from_dict(raw: dict[str, Any]) -> Scenario:
         faults += random_faults(
             as_mapping(raw["random_faults"], "random_faults"), seed, cluster, duration, len(faults) + 1
         )
+    check_training_faults(faults, jobs)
     faults.sort(key=lambda f: f.onset)
     rate = raw.get("scrape_failure_rate", 0.0)
     if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate < 1:

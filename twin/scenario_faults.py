@@ -15,6 +15,7 @@ from .fault_kinds import (
     ALL_KINDS,
     APPLICATION_XIDS,
     CHECK_TOOLS,
+    DEFAULT_DURATION,
     DEFAULT_MAGNITUDE,
     FAULT_KINDS,
     MAGNITUDE_RANGE,
@@ -22,6 +23,7 @@ from .fault_kinds import (
     SWITCH_KINDS,
     TARGET_KEYS,
     TELEMETRY_SOURCES,
+    TRAINING_KINDS,
 )
 from .hardware import Topology
 from .scenario_fields import (
@@ -40,6 +42,7 @@ from .scenario_model import (
     FaultSpec,
     node_names,
 )
+from .scenario_training import read_training_target
 
 
 def _check_target(
@@ -98,7 +101,12 @@ def read_fault(
     target = dict(as_mapping(raw.get("target"), f"{where}.target"))
     node = target.get("node")
     known = set(node_names(cluster.nodes))
-    if kind not in ("lustre_ost_slow", "loss_spike", "job_crash_xids", *SWITCH_KINDS) and node is None:
+    if kind in TRAINING_KINDS:
+        target = read_training_target(kind, target, cluster.nodes, f"{where}.target")
+        if node is not None:
+            raise ScenarioError(f"{where}.target.node: a {kind} acts on a whole job: name the job instead")
+    no_node = ("lustre_ost_slow", "loss_spike", "job_crash_xids", *SWITCH_KINDS, *TRAINING_KINDS)
+    if kind not in no_node and node is None:
         raise ScenarioError(f"{where}.target.node: a {kind} fault needs a node")
     if node is not None and node not in known:
         raise ScenarioError(
@@ -127,7 +135,8 @@ def read_fault(
     low, high, meaning = MAGNITUDE_RANGE[kind]
     if not low <= magnitude <= high:
         raise ScenarioError(f"{where}.magnitude: {magnitude!r} is outside physics for {kind}: {meaning}")
-    fault_duration = parse_duration(raw.get("duration", "10m"), f"{where}.duration")
+    default_duration = DEFAULT_DURATION.get(kind, "10m")
+    fault_duration = parse_duration(raw.get("duration", default_duration), f"{where}.duration")
     if fault_duration <= 0:
         raise ScenarioError(f"{where}.duration: must be positive")
     onset = parse_duration(raw.get("onset", 0), f"{where}.onset")

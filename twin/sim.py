@@ -170,6 +170,8 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         self.node_stall = np.zeros(n)  # seconds a node's data loader stalls this tick
         self.thermal_ratio = zeros + 1.0
         self.comm_slow = np.ones(n)
+        self.node_work = np.ones(n)  # training's own load per node (expert routing, pipeline stages)
+        self.bubble = np.zeros(n)  # share of a node's compute its pipeline's bubble turns into waiting
         self.loss_mult: dict[str, float] = {}
         # FleetSight's blind spots (the not-hardware kinds): per source, how many dropouts keep it silent
         # on each node; per GPU, how many keep DCGM's profiling fields at 0; per node, how many keep

@@ -38,8 +38,11 @@ PACE_KEYS = ("fault_slowdown", "pacing", "masked")
 # crashed job's); "hardware": false on what is not the node's hardware (twin/fault_kinds.py
 # NOT_HARDWARE_KINDS: a silent or blind source, a missing tool, Fabric Manager down, an application's
 # Xids), where a drain, a repair or a degraded state is a wrong one. A line without it is the hardware's
-# (or benign: "benign" says so).
-OPTIONAL_KEYS = ("nodes", "hardware")
+# (or benign: "benign" says so). What a training kind did (twin/training_kinds.py): "resumed" (a
+# checkpoint_stall: node -> unix time it resumed), "busiest" (a moe_imbalance: [unix, node] each time the
+# busiest node changed), "from_nodes" and "to_nodes" (a job_resize's node lists), "bubble" (a
+# pipeline_bubble: the share of each GPU's step spent in the bubble).
+OPTIONAL_KEYS = ("nodes", "hardware", "resumed", "busiest", "from_nodes", "to_nodes", "bubble")
 
 
 class TruthError(ValueError):

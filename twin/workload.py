@@ -37,6 +37,11 @@ class JobRun:
     stage: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     expert_load: np.ndarray = field(default_factory=lambda: np.zeros(0))  # MoE: drifting imbalance
     allocations: list[dict] = field(default_factory=list)  # node lists over time, for meta.json
+    # A checkpoint or an evaluation holding the whole job (twin/training_kinds.py): its phase, when it
+    # ends, when each node resumes, and its event.
+    hold: dict[str, Any] | None = None
+    resize_to: int | None = None  # the node count a job_resize restarts it on
+    resize_event: Any = None  # that job_resize, until the job runs again
 
     @property
     def profile(self) -> dict[str, float]:
@@ -72,7 +77,7 @@ class WorkloadMixin:
 
     def _try_start(self, job: JobRun) -> None:
         wanted = job.spec.nodes
-        count = wanted if isinstance(wanted, int) else len(wanted)
+        count = job.resize_to or (wanted if isinstance(wanted, int) else len(wanted))
         preferred = (
             list(job.nodes)
             if len(job.nodes)
@@ -95,12 +100,14 @@ class WorkloadMixin:
         job.last_checkpoint = self.t
         job.checkpoint_until = -1.0
         job.restart_at = None
+        job.hold = None
         job.phase = "startup"
         self.node_job[job.nodes] = job.index
         self._lay_out(job)
         job.allocations.append(
             {"nodes": [self.nodes[i] for i in job.nodes], "start": self.iso(), "start_unix": self.unix()}
         )
+        self._resized(job)
         self._app_log_all(
             job,
             f"starting training (attempt {job.attempt}) on {len(job.nodes)} nodes, resuming from "
@@ -143,6 +150,9 @@ class WorkloadMixin:
         since = self.t - job.run_start
         if since < STARTUP_S:
             return "startup"
+        held = self._held_phase(job)
+        if held is not None:
+            return held
         if self.t < job.checkpoint_until:
             return "checkpoint"
         if job.checkpoint_until >= 0 and self.t >= job.checkpoint_until:
@@ -208,6 +218,7 @@ class WorkloadMixin:
         nodes = job.nodes
         state = self if what_if is None else what_if
         layout = (job.work * (1.0 + job.expert_load) * self.node_speed[nodes])[:, None]
+        trained = layout * state.node_work[nodes, None]  # training's own load: routing, stages
         nominal_clock = self._cap_clock(job, np.full((len(nodes), G), hw.GPU_TDP_W))
         cap_clock = self._cap_clock(job, state.cap_w[nodes])
         if what_if is None:
@@ -215,7 +226,7 @@ class WorkloadMixin:
         clock = np.minimum(state.clock_ratio[nodes], cap_clock)
         h2d_ratio = state.h2d_bandwidth[nodes] / (hw.PCIE_GEN_LANE_BYTES[5] * 16)
         h2d = 1.0 + 0.25 * np.clip(1.0 - h2d_ratio, 0.0, 1.0)
-        per_gpu = layout * state.node_slow[nodes, None] * h2d / (clock * self.gpu_eff[nodes])
+        per_gpu = trained * state.node_slow[nodes, None] * h2d / (clock * self.gpu_eff[nodes])
         nominal = layout / (nominal_clock * self.gpu_eff[nodes])
         return per_gpu, nominal
 
@@ -238,7 +249,9 @@ class WorkloadMixin:
         )
         job.step_time += stall
         job.nominal_step_time = base * (share * nominal.max() + (1 - share)) * jitter
-        self._sample_windows(job, base * share * per_gpu, stall)
+        # A pipeline's bubble: part of each GPU's step waits for the neighbouring stages by design.
+        busy = 1.0 - self.bubble[job.nodes, None]
+        self._sample_windows(job, base * share * per_gpu * busy, stall)
         job.step += self.scenario.tick / job.step_time
         if int(job.step) >= job.next_log_step:
             self._log_progress(job)
@@ -246,7 +259,11 @@ class WorkloadMixin:
             job.next_log_step = (int(job.step) // interval + 1) * interval
 
     def _set_idle_windows(self, job: JobRun) -> None:
-        """Start-up, checkpoints and stalls: the GPUs are mostly idle (no kernel resident)."""
+        """Start-up, checkpoints and stalls: the GPUs are mostly idle (no kernel resident). An evaluation
+        pass and the staggered resume after a checkpoint are twin/training_kinds.py's."""
+        if job.phase in ("eval", "resume"):
+            self._set_hold_windows(job)
+            return
         nodes = job.nodes
         self.f_compute[nodes] = 0.04 if job.phase == "startup" else 0.03
         self.f_wait[nodes] = 0.0
@@ -314,7 +331,7 @@ class WorkloadMixin:
             if job.state != "RUNNING":
                 continue
             nodes = job.nodes
-            self._phase_of_node[nodes] = job.phase
+            self._phase_of_node[nodes] = self._node_phases(job)
             self._tensor_ratio[nodes] = job.profile["tensor"]
             self._fb_target[nodes] = job.profile["fb_used_gib"] * 1024
 
