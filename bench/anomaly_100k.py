@@ -61,6 +61,7 @@ from anomaly.queries import Queries  # noqa: E402
 from anomaly.service import AnomalyService, ServiceConfig  # noqa: E402
 from anomaly.source import PrometheusSource  # noqa: E402
 from fleetsight.components import http_ok  # noqa: E402
+from fleetsight.procs import free_loopback_port  # noqa: E402
 
 THANOS = REPO / ".cache" / "bin" / "thanos"
 RULES = REPO / "rules" / "anomaly.yml"
@@ -198,12 +199,6 @@ def serve(nodes: int, port: int) -> None:
 
 
 # ---------------------------------------------------------------------------------- the stack
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -248,7 +243,7 @@ class Stack:
         return self.procs[name]
 
     def up(self) -> None:
-        self.load_port = free_port()
+        self.load_port = free_loopback_port()
         self.start(
             "load", [sys.executable, __file__, "--serve", str(self.nodes), "--port", str(self.load_port)]
         )
@@ -256,7 +251,7 @@ class Stack:
         targets = (self.nodes + PER_TARGET - 1) // PER_TARGET
         grpc = []
         for shard in range(2):
-            port, side_grpc = free_port(), free_port()
+            port, side_grpc = free_loopback_port(), free_loopback_port()
             self.prom_ports.append(port)
             self.write_config(shard, [k for k in range(targets) if k % 2 == shard], rules=False)
             data = self.work / f"prom-{shard}"
@@ -269,12 +264,12 @@ class Stack:
             self.start(f"sidecar-{shard}", [
                 str(THANOS), "sidecar", f"--tsdb.path={data}", f"--prometheus.url=http://127.0.0.1:{port}",
                 f"--grpc-address=127.0.0.1:{side_grpc}",
-                f"--http-address=127.0.0.1:{free_port()}"])  # fmt: skip
+                f"--http-address=127.0.0.1:{free_loopback_port()}"])  # fmt: skip
             grpc.append(side_grpc)
-        self.query_port = free_port()
+        self.query_port = free_loopback_port()
         self.start("query", [
             str(THANOS), "query", f"--http-address=127.0.0.1:{self.query_port}",
-            f"--grpc-address=127.0.0.1:{free_port()}", "--query.replica-label=replica",
+            f"--grpc-address=127.0.0.1:{free_loopback_port()}", "--query.replica-label=replica",
             f"--query.promql-engine={self.engine}",
             *(f"--endpoint=127.0.0.1:{p}" for p in grpc)],
             env={"GOGC": str(self.query_gogc)})  # fmt: skip

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,15 +27,10 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from api_fuzz import fuzz  # noqa: E402 - after the path is set
 
+from fleetsight.procs import free_loopback_port  # noqa: E402
 from health.component import serve_command  # noqa: E402
 
 TOKEN = "bench-fuzz-token-0000"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(command: list[str], env: dict[str, str], log: Path, ready_url: str) -> subprocess.Popen:
@@ -64,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="api-fuzz-"))
     (folder / "nodes.txt").write_text("n0001\nn0002\nn0003\n")
-    health_port, anomaly_port, chatbot_port = free_port(), free_port(), free_port()
+    health_port, anomaly_port, chatbot_port = free_loopback_port(), free_loopback_port(), free_loopback_port()
     env = {
         **os.environ,
         "FLEETSIGHT_HEALTH_TOKENS": f"{TOKEN}=read,drain,override",
@@ -78,7 +72,8 @@ def main() -> None:
     )
     anomaly_cmd = [
         sys.executable, "-m", "fleetsight.cli", "anomaly", "serve", "--token-reads",
-        "--prometheus-url", f"http://127.0.0.1:{free_port()}", "--listen", f"127.0.0.1:{anomaly_port}",
+        "--prometheus-url", f"http://127.0.0.1:{free_loopback_port()}",
+        "--listen", f"127.0.0.1:{anomaly_port}",
     ]  # fmt: skip
     chatbot_cmd = [
         sys.executable, "-m", "fleetsight.cli", "chatbot", "serve", "--listen", f"127.0.0.1:{chatbot_port}",

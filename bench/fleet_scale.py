@@ -77,7 +77,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dashboards import common_queries  # noqa: E402
-from evaluation.scale_capture import capture, free_port  # noqa: E402
+from evaluation.scale_capture import capture  # noqa: E402
+from fleetsight.procs import free_loopback_port as free_port  # noqa: E402
 from metrics.scale.capture import Capture  # noqa: E402
 from metrics.scale.loadgen import load_source_job  # noqa: E402
 from metrics.sharding.generate import PRODUCTION_CONFIG, shard_config, split_rules  # noqa: E402

@@ -31,17 +31,10 @@ from pathlib import Path
 import httpx
 import yaml
 
+from fleetsight.procs import free_loopback_port
 from health.component import serve_command
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float = 30) -> None:
@@ -61,7 +54,7 @@ def start_alertmanager(folder: Path) -> tuple[subprocess.Popen[bytes] | None, st
     if binary is None:
         return None, None
     (folder / "am.yml").write_text(yaml.safe_dump({"route": {"receiver": "n"}, "receivers": [{"name": "n"}]}))
-    port = free_port()
+    port = free_loopback_port()
     process = subprocess.Popen(
         [
             binary,
@@ -187,7 +180,7 @@ def main() -> None:
     policy = yaml.safe_load((REPO / "health" / "policy.yml").read_text())
     policy["circuit_breaker"].update(max_cluster_fraction=0.05, max_unit_fraction=0.5)
     (folder / "policy.yml").write_text(yaml.safe_dump(policy))
-    port = free_port()
+    port = free_loopback_port()
     command = serve_command(
         f"127.0.0.1:{port}",
         folder / "state",

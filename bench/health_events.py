@@ -50,7 +50,6 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -64,18 +63,13 @@ from typing import Any, ClassVar
 import httpx
 import yaml
 
+from fleetsight.procs import free_loopback_port
 from health.component import serve_command
 
 REPO = Path(__file__).resolve().parents[1]
 BURST = 150
 TOKEN = "bench-events-token"
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def poll(check: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
@@ -199,7 +193,7 @@ def alertmanager(
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "am.yml").write_text(yaml.safe_dump(config))
-    port = port or free_port()
+    port = port or free_loopback_port()
     return start_alertmanager(folder, port), f"http://127.0.0.1:{port}"
 
 
@@ -373,11 +367,11 @@ def run_point(variant: str, count: int, quiet_s: float, folder: Path) -> dict[st
     nodes = node_names(count)
     Handler.up_body = up_vector(nodes)
     Handler.nodes_body = slurm_nodes(nodes)
-    side_port = free_port()
+    side_port = free_loopback_port()
     server = serve_in_thread(side_port)
     token_file = folder / "token"
     token_file.write_text(TOKEN)
-    port = free_port()
+    port = free_loopback_port()
     am, am_url = alertmanager(folder / "am", port if variant == "after" else None, side_port, token_file)
     process, url = health(folder, variant, nodes, am_url, f"http://127.0.0.1:{side_port}", port, token_file)
     try:
@@ -544,11 +538,11 @@ def am_restart(count: int, folder: Path, reconcile: float, resend: float, evalua
     phases = [faulty[: PHASES[0]], faulty[PHASES[0] : PHASES[0] + PHASES[1]], faulty[PHASES[0] + PHASES[1] :]]
     Handler.up_body, Handler.nodes_body = up_vector(nodes), slurm_nodes(nodes)
     Handler.alerts_body, Handler.tapped, Handler.sweeps = alerts_vector([]), [], []
-    side_port = free_port()
+    side_port = free_loopback_port()
     server = serve_in_thread(side_port)
     token_file = folder / "token"
     token_file.write_text(TOKEN)
-    port, am_port = free_port(), free_port()
+    port, am_port = free_loopback_port(), free_loopback_port()
     am, am_url = alertmanager(folder / "am", port, side_port, token_file, port=am_port)
     process, url = health(
         folder, "after", nodes, am_url, f"http://127.0.0.1:{side_port}", port, token_file, f"{reconcile:g}s"

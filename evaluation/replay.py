@@ -22,7 +22,6 @@ import datetime as dt
 import math
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from fleetsight.procs import stop_process
+from fleetsight.procs import free_loopback_port, stop_process
 from fleetsight.prometheus import Prometheus, PrometheusError, PrometheusQueryError
 from rules.ruleset import Rule, parse_duration, source_metrics
 from twin.history import BackfillError
@@ -131,12 +130,6 @@ def work_folder() -> Path | None:
 # ----------------------------------------------------------------------------------- Prometheus
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def prometheus(data_dir: Path, log: Path) -> Iterator[str]:
     """A Prometheus on a free loopback port serving data_dir (no scraping, no rules); yields its URL."""
@@ -147,7 +140,7 @@ def prometheus(data_dir: Path, log: Path) -> Iterator[str]:
         )
     config = data_dir.parent / "prometheus-eval.yml"
     config.write_text("global:\n  evaluation_interval: 15s\n")
-    port = free_port()
+    port = free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     with log.open("a") as out:
         process = subprocess.Popen(

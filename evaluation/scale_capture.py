@@ -11,7 +11,6 @@ replays it):
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from exporters.component import node_entries, write_nodes_file
+from fleetsight.procs import free_loopback_port
 from metrics.scale.capture import SCENARIO, Capture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,12 +31,6 @@ NODE_EXPORTER = "prometheus-node-exporter"
 
 class CaptureError(RuntimeError):
     """An exporter or the twin did not answer; the message says which and why."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(check, timeout: float, what: str) -> None:
@@ -50,7 +44,7 @@ def wait_for(check, timeout: float, what: str) -> None:
 @contextmanager
 def served_twin(work: Path, scenario: Path = SCENARIO) -> Iterator[str]:
     """The twin run to the end of the scenario at full speed, then serving its last state."""
-    port = free_port()
+    port = free_loopback_port()
     log = work / "twin.log"
     with open(log, "w") as handle:
         process = subprocess.Popen(
@@ -79,7 +73,7 @@ def run_cli(args: list[str], env: dict[str, str] | None = None) -> str:
 
 def node_exporter_text(work: Path) -> str:
     """This host's node_exporter, with the local stack's flags (metrics/local.py)."""
-    port = free_port()
+    port = free_loopback_port()
     process = subprocess.Popen(
         [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--no-collector.textfile"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

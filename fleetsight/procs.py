@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 
 
@@ -43,3 +44,11 @@ def stop_process(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def free_loopback_port() -> int:
+    """A loopback TCP port nobody listens on right now (the kernel picks it; a caller that starts a
+    server on it can still lose a race to another process, so servers that can bind port 0 should)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -18,15 +18,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from fleetsight.procs import kill_group, terminate_group
+from fleetsight.procs import free_loopback_port, kill_group, terminate_group
 
 BINARIES = ("munged", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sinfo")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def missing() -> str | None:
@@ -103,7 +97,9 @@ class LocalSlurm:
         if self.prolog is not None:
             lines += [f"Prolog={self.prolog}", "PrologFlags=Alloc"]
         for node in self.nodes:  # each slurmd needs a port of its own: free ones, chosen now
-            lines.append(f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} CPUs=1")
+            lines.append(
+                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_loopback_port()} CPUs=1"
+            )
         lines.append("PartitionName=batch Nodes=ALL Default=YES State=UP MaxTime=INFINITE")
         self.conf.write_text("\n".join(lines) + "\n")
 

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from fleetsight.procs import free_loopback_port as free_port
 from fleetsight.procs import stop_process
 from fleetsight.registry import port_offsets
 from fleetsight.settings import REPO_ROOT
@@ -55,13 +56,6 @@ def wait_until(predicate: Callable[[], T], timeout: float = 60.0, interval: floa
                 f"waiting for {what or predicate}"
             )
         time.sleep(interval)
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_is_free(port: int) -> bool:
