@@ -39,6 +39,9 @@ PUBLISHERS = ("rules", "anomaly", "health", "exporters", "checks")
 LIVE_SERVICE_SERIES = re.compile(r"\bfleetsight_(node_health_\w+|straggler_score)\b")
 # Scrape jobs of those services (health/component.py, anomaly/component.py).
 LIVE_SERVICE_JOBS = ("fleetsight-health", "anomaly")
+# Test-only components (FLEETSIGHT_COMPONENT_PATH): the stack's anomaly service with a 5 s cycle.
+TEST_COMPONENTS = Path(__file__).with_name("components")
+QUICK_ANOMALY = "anomaly-quick-cycle"  # tests/dashboards/components/dashboards_quick_anomaly
 
 
 def test_committed_json_is_what_the_catalogue_builds() -> None:
@@ -78,9 +81,11 @@ def used_metrics() -> set[str]:
 @pytest.fixture(scope="module")
 def live_metric_names(stack_env_module: StackEnv) -> set[str]:
     """Metric names a Prometheus scraping the twin, the node agents, the fabric exporter and the health
-    and anomaly services holds."""
+    and anomaly services holds. The anomaly service is the stack's own with a 5 s cycle instead of 30 s
+    (its test component says why); Prometheus scrapes it as job "anomaly", as it scrapes the stock one."""
     stack = stack_env_module
-    stack.cli("up", "twin", "exporter-node", "exporter-fabric", "prometheus", "health", "anomaly")
+    stack.env["FLEETSIGHT_COMPONENT_PATH"] = str(TEST_COMPONENTS)
+    stack.cli("up", "twin", "exporter-node", "exporter-fabric", "prometheus", "health", QUICK_ANOMALY)
     url = stack.url("prometheus")
 
     def names() -> set[str] | None:
@@ -240,53 +245,6 @@ def test_every_query_runs_and_the_variables_resolve(
     assert always and set(always) <= with_data, f"empty on a running twin: {set(always) - with_data}"
 
 
-def live_service_panels() -> list[model.Panel]:
-    """Panels that read what only the live health or anomaly service writes."""
-    return [
-        panel
-        for spec in catalog.DASHBOARDS
-        for panel in spec.panels()
-        if any(LIVE_SERVICE_SERIES.search(q.expr) for q in panel.queries)
-    ]
-
-
-def test_the_health_and_straggler_panels_show_the_live_services(
-    stack_env_module: StackEnv, live_metric_names: set[str]
-) -> None:
-    """Nodes by health state, availability and the straggler score: once Prometheus has scraped the
-    health and anomaly services, each of their panels returns data (not only: the metric exists)."""
-    url = stack_env_module.url("prometheus")
-    panels = {panel.title for panel in live_service_panels()}
-    assert {"Nodes by health state", "Availability (share of node-hours fit for work)"} <= panels
-    assert "Straggler score per node" in panels
-
-    def scraped() -> bool:
-        query = " or ".join(f'up{{job="{job}"}} == 1' for job in LIVE_SERVICE_JOBS)
-        answer = httpx.get(f"{url}/api/v1/query", params={"query": query}).json()["data"]["result"]
-        return {series["metric"]["job"] for series in answer} == set(LIVE_SERVICE_JOBS)
-
-    wait_until(scraped, timeout=120, interval=1, what=f"Prometheus's first scrape of {LIVE_SERVICE_JOBS}")
-    job = httpx.get(f"{url}/api/v1/label/hpc_job/values",
-                    params={"match[]": "DCGM_FI_DEV_POWER_USAGE"}).json()["data"]  # fmt: skip
-    assert job, "no job runs on the twin"
-    values = {"hpc_job": job[0]}
-
-    def empty() -> set[str]:
-        results = verify.run_queries(url, values, time.time(), range_s=600)
-        refused = [(r.panel, r.error) for r in results if r.error and r.panel in panels]
-        assert not refused, refused
-        return panels - {r.panel for r in results if r.series}
-
-    # The anomaly service scores once per 30 s cycle over a window of scrapes, and the availability
-    # subquery samples every $__interval (1 m): a few cycles are enough (95-130 s on 2 loaded cores).
-    deadline = time.monotonic() + 300
-    while (missing := empty()) and time.monotonic() < deadline:
-        time.sleep(2)  # polling interval, not synchronisation: the deadline bounds the wait
-    # The anomaly service says why it scores nothing: its source's last error.
-    anomaly = httpx.get(stack_env_module.url("anomaly", "/v1/stragglers")).json()["status"]
-    assert not missing, f"empty with both services scraped: {missing}; anomaly service: {anomaly}"
-
-
 # ------------------------------------------------- datasources, broken panels, variables, logs panels
 COMPOSE_DATASOURCES = REPO_ROOT / "dashboards" / "compose" / "datasources"
 
@@ -408,3 +366,56 @@ def test_the_logs_panels_run_against_opensearch(
 
     assert logs_panels("4242") == {"Step time": 1, "Loss": 1}
     assert logs_panels("4243") == {"Step time": 0, "Loss": 0}
+
+
+# ------------------------------------------------- the live health and anomaly services' panels
+# Last in the module: the straggler score waits on the twin's job leaving its start-up (real time), and
+# the tests above (OpenSearch's start above all) run meanwhile instead of before it.
+
+
+def live_service_panels() -> list[model.Panel]:
+    """Panels that read what only the live health or anomaly service writes."""
+    return [
+        panel
+        for spec in catalog.DASHBOARDS
+        for panel in spec.panels()
+        if any(LIVE_SERVICE_SERIES.search(q.expr) for q in panel.queries)
+    ]
+
+
+def test_the_health_and_straggler_panels_show_the_live_services(
+    stack_env_module: StackEnv, live_metric_names: set[str]
+) -> None:
+    """Nodes by health state, availability and the straggler score: once Prometheus has scraped the
+    health and anomaly services, each of their panels returns data (not only: the metric exists)."""
+    url = stack_env_module.url("prometheus")
+    panels = {panel.title for panel in live_service_panels()}
+    assert {"Nodes by health state", "Availability (share of node-hours fit for work)"} <= panels
+    assert "Straggler score per node" in panels
+
+    def scraped() -> bool:
+        query = " or ".join(f'up{{job="{job}"}} == 1' for job in LIVE_SERVICE_JOBS)
+        answer = httpx.get(f"{url}/api/v1/query", params={"query": query}).json()["data"]["result"]
+        return {series["metric"]["job"] for series in answer} == set(LIVE_SERVICE_JOBS)
+
+    wait_until(scraped, timeout=120, interval=1, what=f"Prometheus's first scrape of {LIVE_SERVICE_JOBS}")
+    job = httpx.get(f"{url}/api/v1/label/hpc_job/values",
+                    params={"match[]": "DCGM_FI_DEV_POWER_USAGE"}).json()["data"]  # fmt: skip
+    assert job, "no job runs on the twin"
+    values = {"hpc_job": job[0]}
+
+    def empty() -> set[str]:
+        results = verify.run_queries(url, values, time.time(), range_s=600)
+        refused = [(r.panel, r.error) for r in results if r.error and r.panel in panels]
+        assert not refused, refused
+        return panels - {r.panel for r in results if r.series}
+
+    # The anomaly service scores a job two cycles (5 s each here) after the twin's job has left its 90 s
+    # start-up (the recorded 30 s window must be busy first), and the availability subquery samples
+    # every $__interval (1 m): about two minutes after the twin started.
+    deadline = time.monotonic() + 300
+    while (missing := empty()) and time.monotonic() < deadline:
+        time.sleep(2)  # polling interval, not synchronisation: the deadline bounds the wait
+    # The anomaly service says why it scores nothing: its source's last error.
+    anomaly = httpx.get(stack_env_module.url("anomaly", "/v1/stragglers")).json()["status"]
+    assert not missing, f"empty with both services scraped: {missing}; anomaly service: {anomaly}"

@@ -56,7 +56,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 if item["node"] == "n0002" and "PSUFailed" in signals and not answers:
                     answers.append(chatbot.answer("is n0002 ok? my job on it crawls"))
             faults = stack.faults()
-            over = len(faults) == 1 and time.time() > max(f.end for f in faults) + 20
+            # Over once n0002 is healthy after the fault's end (healthy before it never counts).
+            over = len(faults) == 1 and time.time() > max(f.end for f in faults)
             last = {node: timeline.samples[-1][1] for node, timeline in samples.items()}
             back = bool(faults) and all(last.get(f.node) == "healthy" for f in faults)
             return over and back
