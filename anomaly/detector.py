@@ -24,15 +24,17 @@ Model (covariance.py). A Minimum Covariance Determinant fit over all GPUs of the
 (tensor residual z, power ratio, SM-clock ratio, all relative to peers), gives each GPU a robust
 Mahalanobis distance: a candidate must be an outlier in that joint space too, not only in one column.
 
-Two paths. The fast path takes a GPU whose z passes the threshold in one window (and the model
-agrees, and its activity kept its own usual level: waiting peers fall below theirs). The slow path
-(paths.py) averages the residual over the last windows, for ~10 % stragglers that hide in one
-window's noise.
+Candidates. The one-window test takes a GPU whose z passes the threshold (and the model agrees, and
+its activity kept its own usual level: waiting peers fall below theirs). The slow path (paths.py)
+averages the residual over the last windows, for ~10 % stragglers that hide in one window's noise.
+The fast path (paths.py, issue 42) flags a large slowdown (20 % and more) in the first window that
+shows it, when that one window already says so beyond noise and benign effects and its peers wait.
 
 Persistence. Windows where the whole job moves together (checkpoints, data-loader stalls, start-up,
 end) do not count: the job's busiest node is itself far below its usual level. A node is flagged when
 it is a candidate in ``k`` of the last ``n`` counted windows (or in two in a row with a strong score,
-or at once with a strong score and a hardware signal), and cleared after ``clear_after`` quiet ones.
+or at once with a strong score and a hardware signal, or in ``fast_windows`` in a row on the fast
+path), and cleared after ``clear_after`` quiet ones. The flag's evidence names the rule (``path``).
 Histories learn per node, never from a node that is a candidate, flagged or past the threshold, nor
 in a disturbed window, so that an episode is never learnt; the first windows of a job are learnt
 whatever they show (capped), so that its layout becomes its normal at once.
@@ -45,13 +47,15 @@ its result types from here (``__all__``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .blind import blind_view, report_blind, with_silent_members
 from .cause import cause_of
 from .covariance import OutlierModel
 from .job_model import learn, new_job_state, score_job
-from .paths import disturbed, hardware_path, slow_path, step_path
+from .paths import disturbed, fast_path, hardware_path, slow_path, step_path
 from .peerless import fleet_baseline, score_peerless
 from .state import (
     BLIND_REASONS,
@@ -67,6 +71,9 @@ from .state import (
     Unseen,
 )
 from .window import Window
+
+# Evidence keys that say how a flag was raised: kept when a later cycle names its hardware cause.
+FLAG_KEYS = ("path", "peers_wait")
 
 __all__ = [
     "BLIND_REASONS",
@@ -125,6 +132,7 @@ class Detector:
             scored = score_job(cfg, job_id, state, window, node_idx)
             if scored is None:
                 quiet += 1
+                state.after_pause = True
                 continue
             if job_blind is not None:
                 scored.blind = job_blind > 0
@@ -166,6 +174,21 @@ class Detector:
         hit = (z_clean >= cfg.z_threshold) & outlier & candidate.kept_pace
         slow = slow_path(cfg, state, candidate, window) | step_path(cfg, state, candidate, window)
         hw_path = hardware_path(cfg, candidate, window)
+        # The fast path (large slowdowns, one window) looks only where the one-window test holds, in a
+        # job without a flagged node: its peers wait for that one, and waiting peers scatter (mixed_day:
+        # while a gray node was flagged, two of its waiting peers each topped the job once at z 24-25).
+        # Their utilisation is an evidence field, read on demand: only then.
+        # Nor in the first window after the job paused as a whole (see JobState.after_pause).
+        looking = hit.any(axis=1)
+        off = cfg.fast_windows <= 0 or state.after_pause
+        if off or any(node.flag is not None for node in state.node_state.values()):
+            looking[:] = False
+        state.after_pause = False
+        wait = None
+        fast = np.zeros_like(hit)
+        if looking.any():
+            fast, wait = fast_path(cfg, state, candidate, window, looking)
+            fast &= hit
         # While the job is disturbed (a loud straggler's peers wait, and waiting activity scatters),
         # a peer can reach a strong z by chance; only the job's top node counts as strong then.
         top = int(np.argmax(z_clean.max(axis=1))) if disturbed(cfg, state, candidate) else -1
@@ -212,12 +235,14 @@ class Detector:
             )
             node_state.recent.append(is_candidate)
             node_state.strong_run = node_state.strong_run + 1 if strong else 0
+            node_state.fast_run = node_state.fast_run + 1 if strong and bool(fast[pos].any()) else 0
             node_state.quiet_run = 0 if is_candidate else node_state.quiet_run + 1
             past = bool((z_clean[pos] >= cfg.z_threshold).any())
             busy[pos] = node_state.flag is not None or (not warm and (is_candidate or past))
             if node_state.flag is None:
                 if is_candidate:  # evidence only for candidates: comparing with peers costs O(job)
-                    args = (pos, gpu, node_z, strong, warm)
+                    peers = float(wait[pos]) if wait is not None else None
+                    args = (pos, gpu, node_z, strong, warm, peers)
                     self._maybe_flag(candidate, window, node_state, *args, events)
             elif node_state.quiet_run >= cfg.clear_after:
                 events.append(Event("clear", window.end, node_state.flag))
@@ -231,6 +256,7 @@ class Detector:
                     # A hardware signal can lag the slowdown (a GPU heats up before it throttles).
                     cause, evidence = cause_of(self.config, window, candidate.window_nodes, pos, gpu, node_z)
                     if cause != "unknown":
+                        evidence.update({k: v for k, v in flag.evidence.items() if k in FLAG_KEYS})
                         flag.cause, flag.evidence = cause, evidence
                         events.append(Event("cause", window.end, flag))
         # Learn per node, never from a node that is a candidate, flagged or past the threshold, nor in
@@ -250,6 +276,7 @@ class Detector:
         node_z: float,
         strong: bool,
         warm: bool,
+        peers_wait: float | None,
         events: list[Event],
     ) -> None:
         cfg = self.config
@@ -257,14 +284,20 @@ class Detector:
         hardware = cause in ("power_brake", "thermal", "pcie")
         if warm and not hardware:
             return
-        due = (
-            sum(node_state.recent) >= cfg.k
-            or node_state.strong_run >= 2
-            or (strong and hardware)
-            or node_state.slow_run >= cfg.slow_k
-            or (hardware and node_state.hw_run >= cfg.slow_k)
+        # Why the flag is due, first rule that holds: said in the evidence (``path``).
+        rules = (
+            ("strong_hardware", strong and hardware),
+            ("fast", cfg.fast_windows > 0 and node_state.fast_run >= cfg.fast_windows),
+            ("strong", node_state.strong_run >= 2),
+            ("slow", node_state.slow_run >= cfg.slow_k),
+            ("hardware", hardware and node_state.hw_run >= cfg.slow_k),
+            ("persistent", sum(node_state.recent) >= cfg.k),
         )
-        if due:
+        path = next((rule for rule, due in rules if due), None)
+        if path is not None:
+            evidence["path"] = path
+            if peers_wait is not None and math.isfinite(peers_wait):
+                evidence["peers_wait"] = round(peers_wait, 4)
             name = window.nodes[candidate.window_nodes[pos]]
             node_state.flag = Straggler(
                 candidate.job, name, cause, gpu, node_z, window.end, evidence, window.end

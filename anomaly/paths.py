@@ -1,7 +1,8 @@
 """The detector's decision paths beyond the one-window z-score: which GPUs of a scored window are
 candidates on the slow path (a small slowdown averaged over windows), the step path (a sudden lasting
 rise in a small job) and the hardware path (a throttled or link-starved GPU busier than its peers in a
-small job); and whether a window is disturbed (a loud node, or peers scattering as they wait).
+small job); which are large slowdowns its peers wait for (the fast path, flagged in one window); and
+whether a window is disturbed (a loud node, or peers scattering as they wait).
 
 The slow path averages the residual over the last ``slow_windows`` windows, for ~10 % stragglers that
 hide in one window's noise, with a physical floor (``slow_min_effect``) that benign jitter stays under;
@@ -23,7 +24,7 @@ import numpy as np
 
 from .cause import gpu_signals, hardware_signal, nanmedian
 from .job_model import remember
-from .robust import pooled_spread, safe_log
+from .robust import leave_one_out_median, pooled_spread, safe_log
 from .state import Candidate, DetectorConfig, JobState
 from .window import Window
 
@@ -38,7 +39,7 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
     none = np.zeros(candidate.z.shape, dtype=bool)
     if disturbed(cfg, state, candidate):
         # A loud straggler's peers wait, and waiting activity is too noisy to average: the window
-        # enters the averages empty (the fast path handles loud stragglers), so that time still
+        # enters the averages empty (the one-window test handles loud stragglers), so that time still
         # passes and no average is made of windows from before a long episode.
         state.recent_resid.append(np.full(candidate.resid.shape, np.nan))
         return none
@@ -145,6 +146,61 @@ def hardware_path(cfg: DetectorConfig, candidate: Candidate, window: Window) -> 
     signal = (throttled & lower) | link
     busier = np.nan_to_num(candidate.resid, nan=-np.inf) >= cfg.slow_min_effect
     return signal & busier & candidate.kept_pace
+
+
+def peers_wait(state: JobState, candidate: Candidate, window: Window) -> np.ndarray:
+    """Per node, how far (log) its peers' activity sits below their own usual level: the median over
+    the other nodes of each node's median GPU change (NaN where no peer has learnt its level).
+
+    Physics: when one node computes x f longer per step, every peer waits for it, and their activity
+    falls by the job's slowdown, while the slow node keeps its own. A node whose samples jump by
+    themselves (the sampler landing in another phase) leaves its peers where they were."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        change = np.nanmedian(safe_log(window.tensor[candidate.window_nodes]) - state.own, axis=1)
+        return -leave_one_out_median(change)
+
+
+def fast_path(
+    cfg: DetectorConfig, state: JobState, candidate: Candidate, window: Window, looking: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU: a slowdown too large for one window's noise plus any benign effect, that its peers
+    wait for (issue 42: a 20 % straggler is plain in one window; a mild one needs the slow path's
+    averages). Also each node's peers' wait, for the evidence.
+
+    The residual must clear the largest benign effect (``slow_min_effect``) by ``fast_z`` scales of
+    one window's noise (the scale z divides by: the job's usual spread, its recent residuals in small
+    jobs), and be at least ``strong_effect``; and the node's peers (``fast_min_nodes`` nodes in the
+    job at least) must have fallen at least ``fast_wait`` below their own usual activity, busy waiting
+    (``peers_running``). Only the nodes ``looking`` (per node: the detector asks where the one-window
+    test holds, in a job without a flagged node, and flags only a strong candidate so)."""
+    wait = peers_wait(state, candidate, window)
+    if len(candidate.window_nodes) < cfg.fast_min_nodes:
+        return np.zeros(candidate.z.shape, dtype=bool), wait
+    margin = (np.nan_to_num(candidate.resid, nan=-np.inf) - cfg.slow_min_effect) / candidate.scale
+    large = (margin >= cfg.fast_z) & (np.nan_to_num(candidate.resid) >= cfg.strong_effect)
+    waited = np.nan_to_num(wait, nan=-np.inf) >= cfg.fast_wait
+    fast = large & (waited & looking)[:, None] & candidate.kept_pace
+    if fast.any():
+        fast &= peers_running(cfg, candidate, window)[:, None]
+    return fast, wait
+
+
+def peers_running(cfg: DetectorConfig, candidate: Candidate, window: Window) -> np.ndarray:
+    """Per node: do its peers still run kernels (the median of the other nodes' GPU utilisation at
+    least ``fast_util``)? Peers waiting for a straggler spin in NCCL kernels (~100 %); peers caught
+    idle in at least half of the window's samples read 50 % or less. Live, each node's samples come
+    from its own scrape times, so the window where a checkpoint (or a job-wide stall) starts or ends
+    can catch some nodes computing while the others are already (or still) idle: those look busier
+    than their peers, which look as if they waited, and only their utilisation tells. Utilisation is
+    an evidence field (read on demand, ``Window.load_evidence``: the cause of any candidate reads it
+    too); where it cannot be read, the fast path does not decide."""
+    node_idx = candidate.window_nodes
+    window.load_evidence(node_idx)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        util = np.nanmedian(window.util[node_idx], axis=1)
+        return np.nan_to_num(leave_one_out_median(util), nan=-np.inf) >= cfg.fast_util
 
 
 def disturbed(cfg: DetectorConfig, state: JobState, candidate: Candidate) -> bool:

@@ -67,6 +67,7 @@ def score_peerless(
         cause, evidence = cause_of(cfg, window, [node], 0, gpu, float(z[gpu]))
         evidence["fleet_sm_clock_mhz_median"] = round_or_none(clock_ref)
         evidence["fleet_power_w_median"] = round_or_none(power_ref)
+        evidence["path"] = "peerless"
         node_state.flag = Straggler(job_id, name, cause, gpu, float(z[gpu]), window.end, evidence, window.end)
         events.append(Event("flag", window.end, node_state.flag))
     elif node_state.flag is not None and node_state.quiet_run >= cfg.clear_after:

@@ -38,6 +38,23 @@ class DetectorConfig:
     short_windows: int = 4  # the slow path's short average: decides when significantly (z_threshold)
     # above slow_min_effect, so that a 15-20 % straggler in a noisy job is not left to the 8-window mean
     clear_after: int = 3  # counted windows without a candidate before a flag clears
+    # The fast path (issue 42): a large slowdown is flagged after fast_windows counted windows in a row
+    # instead of waiting for the persistence a mild one needs. One window's evidence must say so twice:
+    # the node is a strong candidate (z_strong, strong_effect) whose residual is above the largest benign
+    # effect (slow_min_effect) by fast_z scales of one window's noise; and its peers wait for it, their
+    # own activity at least fast_wait (log) below their usual level (a node whose own samples jump while
+    # its peers do not fall is a sampling blip, not a node the job waits for), and they still run kernels
+    # (a checkpoint's edge caught in some nodes' samples and not in others' idles them instead).
+    fast_z: float = 4.0
+    fast_wait: float = 0.08  # the largest benign effect: OS jitter of up to 8 % makes the peers wait less
+    # 0: off, the default. With 1 the median latency at >= 20 % halves (60 -> 30 s), but a training job's
+    # own moves still raise one-window flags: 13 in the benign training day's 768 node-hours (docs/anomaly.md,
+    # "The fast path"). On once those are told apart.
+    fast_windows: int = 0
+    fast_util: float = 75.0  # the peers' median GPU utilisation (%): waiting in NCCL reads ~100, a node
+    # idle in half of the window's samples (a checkpoint's edge) 50 or less
+    fast_min_nodes: int = 4  # under four nodes the peers' wait is one or two nodes' fall, which expert
+    # routing makes too (a 2-node MoE job's busier node: 0.30 above its peer, which fell 0.24, gen_3029)
     min_activity: float = 0.05  # the busiest node's tensor activity below this: nobody computes
     quiet_ratio: float = 0.5  # busiest node below this share of its usual level: the job moves together
     md_quantile: float = 0.999  # robust Mahalanobis distance quantile a candidate must pass
@@ -153,6 +170,7 @@ class CycleResult:
 class NodeState:
     recent: deque[bool]
     strong_run: int = 0
+    fast_run: int = 0
     slow_run: int = 0
     hw_run: int = 0
     quiet_run: int = 0
@@ -179,6 +197,10 @@ class JobState:
     noise: deque[np.ndarray] = field(default_factory=deque)
     drift: deque[np.ndarray] = field(default_factory=deque)
     node_state: dict[str, NodeState] = field(default_factory=dict)
+    # The last window was one where the whole job moved together (a checkpoint, an evaluation pass): the
+    # next is its first back, where ranks resume at staggered moments and the last one back computes
+    # while the others already wait, a straggler's signature for one window. No fast flag there.
+    after_pause: bool = False
 
 
 @dataclass
