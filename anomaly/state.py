@@ -47,9 +47,11 @@ class DetectorConfig:
     # (a checkpoint's edge caught in some nodes' samples and not in others' idles them instead).
     fast_z: float = 4.0
     fast_wait: float = 0.08  # the largest benign effect: OS jitter of up to 8 % makes the peers wait less
-    # 0: off, the default. With 1 the median latency at >= 20 % halves (60 -> 30 s), but a training job's
-    # own moves still raise one-window flags: 13 in the benign training day's 768 node-hours (docs/anomaly.md,
-    # "The fast path"). On once those are told apart.
+    # 0: off, the default. With 1 the median latency at >= 20 % halves (60 -> 30 s), but the benign training
+    # day gets 12 one-window flags: windows where the job stood still for one or two of their six samples
+    # (a job-wide stall, a peer's data-loader hiccup), whose median is then the lower tail of the 1-s
+    # samples of a pipelined step, so the one node that missed every wait tops its falling peers
+    # (docs/anomaly.md, "The fast path"). On once a window says the job paused in part of it.
     fast_windows: int = 0
     fast_util: float = 75.0  # the peers' median GPU utilisation (%): waiting in NCCL reads ~100, a node
     # idle in half of the window's samples (a checkpoint's edge) 50 or less
