@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from twin_helpers import FLEETSIGHT
+from twin_helpers import FLEETSIGHT, twin_validate
 
 from fleetsight.settings import REPO_ROOT
 from twin import dcgm, render
@@ -254,13 +254,7 @@ def test_validate_refuses_each_kind_where_its_job_cannot_have_it(tmp_path: Path)
         fault = f"faults: [{{kind: {kind}, target: {target}, onset: 5m}}]"
         path.write_text(f"duration: 1h\ncluster: {{nodes: 8}}\n{jobs}\n{fault}\n")
         files.append(str(path))
-    result = subprocess.run(
-        [*FLEETSIGHT, "twin", "validate", *files, str(SHORT)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        check=False,
-    )
+    result = twin_validate(*files, str(SHORT))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = result.stdout.splitlines()
     for name, (_, _, key, reason) in BAD.items():

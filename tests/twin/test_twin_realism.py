@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from twin_helpers import FLEETSIGHT, SCENARIOS
+from twin_helpers import FLEETSIGHT, SCENARIOS, twin_validate
 
 from fleetsight.settings import REPO_ROOT
 from twin import calibrate
@@ -326,13 +326,7 @@ def test_validate_rejects_each_bad_case_with_one_line(tmp_path: Path) -> None:
         path.write_text(f"duration: 1h\ncluster: {{nodes: 4, psus_per_node: 6}}\n{body}\n")
         files.append(str(path))
     shipped = sorted(str(p) for p in SCENARIOS.glob("*.yaml"))
-    result = subprocess.run(
-        [*FLEETSIGHT, "twin", "validate", *files, *shipped],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        check=False,
-    )
+    result = twin_validate(*files, *shipped)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == len(files) + len(shipped)

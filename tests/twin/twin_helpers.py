@@ -33,6 +33,13 @@ def scenario_arg(name: str) -> str:
     return str(path) if path.exists() else name
 
 
+def twin_validate(*paths: str) -> subprocess.CompletedProcess[str]:
+    """`fleetsight twin validate` on the scenario files, as an operator runs it (exit status not checked:
+    the tests read the verdict per file)."""
+    command = [*FLEETSIGHT, "twin", "validate", *paths]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False)
+
+
 @dataclass
 class TwinRun:
     out: Path
