@@ -5,8 +5,8 @@
   itself keeps it off a node with a job, and keeps jobs off the node while it runs.
 - A check that validates a node FleetSight drained: Slurm never starts a job on a DRAIN node, not even
   in a reservation (tried on 22.05). So the pass holds the node in a maintenance reservation of its own
-  (``fleetsight-validate-N``, Flags=MAINT,IGNORE_JOBS: no user job can land there), queues the check job
-  in it, resumes the node, and drains it again with FleetSight's own reason as soon as the job runs. The
+  (``fleetsight-validate-N``, Flags=MAINT,IGNORE_JOBS: no user job can land there), resumes the node,
+  queues the check job in it, and drains it again with FleetSight's own reason as soon as the job runs. The
   node is never both undrained and free for users; the health service's drain stays as it was.
 - A pair check (ib_write_bw) is one job on both nodes: ``sbatch -N2 --nodelist=A,B`` whose one step
   (``srun -N2 --ntasks-per-node=1``) runs `fleetsight checks pair` on each, the server side on B and the
@@ -60,7 +60,9 @@ class SlurmChecks:
     env: Mapping[str, str] | None = None
     leaf_map: Mapping[str, frozenset[str]] | None = None
     budget: int = 2
-    start_timeout_s: float = 30.0
+    # How long a validation job may stay PENDING once its node is resumed. Above Slurm's periodic
+    # scheduling pass (sched_interval, 60 s by default): a busy slurmctld may start it only then.
+    start_timeout_s: float = 90.0
     # The jobs' token for POST /v1/results (scope `results`): a file readable on the nodes (a shared or
     # root-only path the job reads; only its path goes through Slurm). None: the job gets whatever
     # FLEETSIGHT_CHECKS_TOKEN/_TOKEN_FILE the cycle has (sbatch --export=ALL; a bare token then sits in
@@ -128,21 +130,33 @@ class SlurmChecks:
 
     def submit(self, unit: Unit, nodes: Mapping[str, SlurmNode]) -> str:
         check = self.catalog[unit.check]
-        drained = [n for n in unit.nodes if n in nodes and nodes[n].ours_drained]
-        reservation = f"{RESERVATION_PREFIX}{unit.nodes[0]}" if drained else None
-        if reservation:  # the pair's healthy partner is held too: no user job lands between the two
-            self.run(
-                "scontrol", "create", "reservation", f"ReservationName={reservation}",
-                f"Nodes={','.join(unit.nodes)}", "StartTime=now", "Duration=UNLIMITED", "Users=root",
-                "Flags=MAINT,IGNORE_JOBS",
-            )  # fmt: skip
+        drained = {n: nodes[n].reason for n in unit.nodes if n in nodes and nodes[n].ours_drained}
+        if not drained:
+            return self._submit_job(check, unit, None)
+        reservation = f"{RESERVATION_PREFIX}{unit.nodes[0]}"
+        self.run(  # the pair's healthy partner is held too: no user job lands between the two
+            "scontrol", "create", "reservation", f"ReservationName={reservation}",
+            f"Nodes={','.join(unit.nodes)}", "StartTime=now", "Duration=UNLIMITED", "Users=root",
+            "Flags=MAINT,IGNORE_JOBS",
+        )  # fmt: skip
+        # Resume before submitting: a job queued on a drained node waits for Slurm's next periodic pass
+        # (sched_interval, 60 s by default) when the resume comes after the pass its submission triggered.
+        for node in drained:
+            self.run("scontrol", "update", f"nodename={node}", "state=resume")
+        try:
+            job = self._submit_job(check, unit, reservation)
+            self._wait_started(job, list(drained))
+        finally:  # the drain goes back whatever happened: the job keeps running, a drain only stops new work
+            for node, reason in drained.items():
+                self.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")
+        return job
+
+    def _submit_job(self, check: Check, unit: Unit, reservation: str | None) -> str:
         job = self.run(*self._sbatch(check, unit, reservation)).strip().split(";")[0]
         log.info(
             "event=check_submitted job=%s check=%s nodes=%s validation=%s",
-            job, check.name, ",".join(unit.nodes), bool(drained),
+            job, check.name, ",".join(unit.nodes), reservation is not None,
         )  # fmt: skip
-        if reservation:
-            self._start_in_reservation(job, {n: nodes[n].reason for n in drained})
         return job
 
     def _inner(self, check: Check, unit: Unit) -> list[str]:
@@ -175,23 +189,24 @@ class SlurmChecks:
         command.append(f"--export={export}")
         return [*command, f"--wrap={shlex.join(self._inner(check, unit))}"]
 
-    def _start_in_reservation(self, job: str, reasons: Mapping[str, str]) -> None:
-        """Resume the drained nodes for the check job alone, then drain them again with the same reasons
-        (the job keeps running: a drain only stops new work)."""
-        for node in reasons:
-            self.run("scontrol", "update", f"nodename={node}", "state=resume")
-        deadline = time.monotonic() + self.start_timeout_s
-        try:
-            while time.monotonic() < deadline:
-                state = self.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip()
-                if state != "PENDING":
-                    return
-                time.sleep(0.5)  # polling the scheduler, bounded by the deadline
-            self.run("scancel", job, check=False)
-            log.warning("event=check_not_started job=%s nodes=%s", job, ",".join(reasons))
-        finally:
-            for node, reason in reasons.items():
-                self.run("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")
+    def _wait_started(self, job: str, nodes: list[str]) -> None:
+        """Wait for the validation job to leave PENDING; cancel it past start_timeout_s (the next pass
+        submits it again) and say why Slurm held it."""
+        started = time.monotonic()
+        why = ""
+        while time.monotonic() - started < self.start_timeout_s:
+            answer = self.run("squeue", "-h", "-j", job, "-o", "%T|%r", check=False).strip()
+            state, _, why = answer.partition("|")
+            if state != "PENDING":
+                waited = time.monotonic() - started
+                log.info("event=check_started job=%s state=%s waited_s=%.1f", job, state or "gone", waited)
+                return
+            time.sleep(0.5)  # polling the scheduler, bounded by the deadline
+        self.run("scancel", job, check=False)
+        log.warning(
+            "event=check_not_started job=%s nodes=%s waited_s=%.0f pending_reason=%s",
+            job, ",".join(nodes), self.start_timeout_s, why or "unknown",
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ results where people look
     def publish_comments(self, results: list[dict[str, Any]]) -> dict[str, str]:

@@ -221,7 +221,30 @@ def trace(url: str, slurm: LocalSlurm, node: str, step: str) -> None:
     TRACE.append(f"{line} ({reason})")
 
 
+@contextlib.contextmanager
+def slurm_evidence_on_failure(slurm: LocalSlurm) -> Iterator[None]:
+    """On a failure, print what slurmctld saw (its log's tail, the queue, the reservations): a job that
+    never started on a busy CI machine is otherwise a bare timeout."""
+    try:
+        yield
+    except BaseException:
+        log = slurm.folder / "log" / "slurmctld.log"
+        print("slurmctld.log (tail):", *log.read_text(errors="replace").splitlines()[-60:], sep="\n")
+        for command in (["squeue", "-a", "-o", "%i|%j|%T|%r|%N"], ["scontrol", "show", "reservation"]):
+            shown = subprocess.run(command, env=slurm.env, capture_output=True, text=True, check=False)
+            print(" ".join(command), shown.stdout, shown.stderr, sep="\n")
+        raise
+
+
 def test_drained_node_stays_out_on_failing_diagnostic_and_resumes_after_a_pass(
+    slurm: LocalSlurm, world: dict[str, Any], alertmanager: str, tmp_path: Path
+) -> None:
+    with slurm_evidence_on_failure(slurm):
+        drain_validate_resume(slurm, world, alertmanager, tmp_path)
+    print("\n".join(["", "drain -> validate -> resume on Slurm:", *TRACE]))
+
+
+def drain_validate_resume(
     slurm: LocalSlurm, world: dict[str, Any], alertmanager: str, tmp_path: Path
 ) -> None:
     node, ledger = "n0004", tmp_path / "ledger.json"
@@ -273,4 +296,3 @@ def test_drained_node_stays_out_on_failing_diagnostic_and_resumes_after_a_pass(
                 ["scontrol", "show", "reservation"], env=slurm.env, capture_output=True, text=True
             ).stdout
         )
-    print("\n".join(["", "drain -> validate -> resume on Slurm:", *TRACE]))
