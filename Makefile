@@ -1,7 +1,7 @@
 # The two commands of the README, and a few conveniences.
 # `make up`   installs what is missing, then runs the whole stack on the digital twin.
 # `make test` installs what is missing, then runs the test suite.
-.PHONY: up test down status lint bootstrap setup
+.PHONY: up test down status lint bootstrap setup screenshots
 
 bootstrap:
 	@scripts/bootstrap
@@ -26,6 +26,12 @@ status:
 
 lint:
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+# The dashboard viewer's pictures in README and docs/dashboards.md: its browser test on a live twin with
+# a thermal fault, keeping a screenshot of every page it draws (about 4 minutes).
+screenshots: bootstrap
+	@.venv/bin/fleetsight setup --only echarts --only chromium
+	@FLEETSIGHT_SCREENSHOTS=docs/images/dashboards .venv/bin/python -m pytest tests/dashboards/test_viewer.py -q
 
 # Debian packages (fleetsight-python, fleetsight-python-node, fleetsight-node, fleetsight-central) into
 # build/deb/, built with dpkg-buildpackage/debhelper; see deploy/debian/build.py and docs/deployment.md,

@@ -147,3 +147,46 @@ def report(results: list[verify.QueryResult]) -> str:
         f"{len(skipped)} skipped, {len(failed)} refused"
     )
     return "\n".join(lines)
+
+
+@cli.command("serve")
+@click.option("--listen", default=None, help="HOST:PORT (default: the local stack's dashboards port).")
+@click.option(
+    "--prometheus",
+    "prometheus_url",
+    default=None,
+    help="Prometheus or Thanos Query URL the panels read (default: the local stack's Thanos Query).",
+)
+@click.option("--logs", "logs_url", default=None, help="OpenSearch/Elasticsearch URL for the logs panels.")
+@click.option("--chat-url", default=None, help="The chat page to link from the home and overview pages.")
+def serve_command(
+    listen: str | None, prometheus_url: str | None, logs_url: str | None, chat_url: str | None
+) -> None:
+    """Draw the persona dashboards in a browser, from the committed Grafana JSON (what production Grafana
+    provisions), every query run against the real Prometheus/Thanos and OpenSearch; plus a fleet overview
+    (/overview: every node's health by rack, firing alerts, stragglers). Not Grafana: readable, and the
+    same numbers.
+
+    \b
+    Examples:
+      fleetsight dashboards serve                       on the local stack (make up starts it)
+      fleetsight dashboards serve --listen 127.0.0.1:3001 --prometheus http://thanos:10902 \\
+          --logs http://127.0.0.1:9200
+    """
+    from .npm import echarts_file
+    from .viewer.app import Sources, create_app
+
+    settings = Settings()
+    host, _, port = (listen or f"{settings.host}:{settings.port('dashboards')}").rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    charts = echarts_file(settings)
+    if not charts.is_file():
+        raise click.ClickException(f"{charts} is missing: run `fleetsight setup --only echarts`")
+    sources = Sources(prometheus_url or settings.url("thanos_query"), logs_url, chat_url)
+    import uvicorn
+
+    app = create_app(sources, charts)
+    uvicorn.run(
+        app, host=host, port=int(port), log_level="warning", timeout_keep_alive=5, limit_concurrency=64
+    )

@@ -9,9 +9,40 @@ against Grafana's TypeScript types (@grafana/schema).
 
 from __future__ import annotations
 
+from fleetsight.components import Component, fleetsight_command, http_ok
+from fleetsight.settings import Settings
 from fleetsight.setup import InstallStep, apt_step
 
-from .npm import install_npm, npm_installed
+from .npm import echarts_file, echarts_installed, install_echarts, install_npm, npm_installed
+
+
+def viewer_command(settings: Settings) -> list[str]:
+    """The viewer on the stack's Thanos Query (the dashboards' datasource), its OpenSearch and chat page."""
+    return fleetsight_command(
+        "dashboards", "serve", "--listen", f"{settings.host}:{settings.port('dashboards')}",
+        "--prometheus", settings.url("thanos_query"), "--logs", settings.url("opensearch"),
+        "--chat-url", settings.url("chatbot"),
+    )  # fmt: skip
+
+
+def viewer_missing(settings: Settings) -> str | None:
+    return None if echarts_installed(settings) else f"{echarts_file(settings)} missing (fleetsight setup)"
+
+
+COMPONENTS = [
+    Component(
+        name="dashboards",
+        description="Dashboard viewer: persona dashboards and a fleet overview, drawn from the Grafana JSON",
+        command=viewer_command,
+        ready=lambda s: http_ok(s.url("dashboards", "/healthz")),
+        urls=lambda s: {"home": s.url("dashboards", "/"), "overview": s.url("dashboards", "/overview")},
+        missing=viewer_missing,
+        depends_on=("thanos-query",),
+        ready_timeout_s=30.0,
+    ),
+]
+PORTS = {"dashboards": 144}
+START_PRIORITY = 95
 
 CLI = {
     "dashboards": (".cli", "persona dashboards as code: build, list, verify"),
@@ -31,6 +62,14 @@ INSTALL_STEPS = [
         needed_by="dashboard type checks",
         check=npm_installed,
         install=install_npm,
+        eta="~10 s",
+    ),
+    InstallStep(
+        name="echarts",
+        description="Apache ECharts (Apache-2.0) from npm, for the local dashboard viewer's charts",
+        needed_by="dashboards viewer (make up) and its browser tests",
+        check=echarts_installed,
+        install=install_echarts,
         eta="~10 s",
     ),
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fleetsight.dcgm import promql_selector_any
 
-from .common_queries import POWER_BRAKE, RUNBOOKS
+from .common_queries import POWER_BRAKE, RUNBOOKS, THERMAL
 from .model import Dashboard, Panel, Row, Variable, q
 
 FLEET_HEALTH = Dashboard(
@@ -65,12 +65,14 @@ FLEET_HEALTH = Dashboard(
                     needs="an Xid",
                 ),
                 Panel(
-                    "GPUs with a power brake or a failed PSU",
+                    "GPUs slowed by heat or a power brake, and failed PSUs",
                     "timeseries",
                     (
+                        q(f"count by (node) ({THERMAL})", "{{node}} heat"),
                         q(f"count by (node) ({POWER_BRAKE})", "{{node}} power brake"),
                         q("count by (node) (fleetsight_bmc_psu_healthy == 0)", "{{node}} PSU failed"),
                     ),
+                    description="Throttling shows at the next scrape, before its alert's 2 minutes are up.",
                 ),
                 Panel(
                     "HBM rows waiting for a remap (reset the GPU when idle)",

@@ -118,15 +118,21 @@ class Runner:
 
     def run_promql(self, expr: str, instant: bool, step_ms: int) -> tuple[int, str]:
         """(series, error) of an instant query at the end, or a range query stepped by $__interval."""
+        result, error = self.promql_result(expr, instant, step_ms)
+        return len(result) if isinstance(result, list) else 1, error
+
+    def promql_result(self, expr: str, instant: bool, step_ms: int) -> tuple[Any, str]:
+        """(result, error): an instant query's result at the end (a vector's samples, or a scalar's
+        [time, text]), or a range query's series stepped by $__interval; Prometheus's words on an error."""
         start, end, step = f"{self.start:.3f}", f"{self.end:.3f}", f"{step_ms / 1000:g}"
         try:
             if instant:
-                return len(self.prometheus.query_data(expr, end)["result"]), ""
-            return len(self.prometheus.query_range(expr, start, end, step)), ""
+                return self.prometheus.query_data(expr, end)["result"], ""
+            return self.prometheus.query_range(expr, start, end, step), ""
         except PrometheusQueryError as exc:  # the query's fault: Prometheus's own words
-            return 0, exc.error
+            return [], exc.error
         except (PrometheusHTTPError, PrometheusBadAnswer) as exc:  # no API answer (a proxy's, say)
-            return 0, str(exc)
+            return [], str(exc)
 
     def run_logs(
         self, target: Target, source: Mapping[str, Any], values: Mapping[str, Any], interval: str
@@ -135,14 +141,27 @@ class Runner:
         result = QueryResult(target.dashboard, target.panel, lucene, 0, "", target.uid)
         if self.logs is None:
             return replace(result, skipped="no logs URL given")
+        answer, error = self.logs_search(target, source, lucene, interval)
+        if error:
+            return replace(result, error=error)
+        return replace(result, series=metrics_with_values(answer))
+
+    def logs_search(
+        self, target: Target, source: Mapping[str, Any], lucene: str, interval: str
+    ) -> tuple[dict[str, Any], str]:
+        """(answer, error) of the search the Elasticsearch datasource sends for a metrics target."""
+        assert self.logs is not None
         options = source.get("jsonData", {})
         body = search_body(
             target.body, lucene, self.start, self.end, interval, options.get("timeField", "@timestamp")
         )
-        answer = self.logs.post(f"/{options['index']}/_search", json=body)
+        try:
+            answer = self.logs.post(f"/{options['index']}/_search", json=body)
+        except httpx.HTTPError as exc:
+            return {}, f"logs search failed: {exc}"
         if not answer.is_success:
-            return replace(result, error=f"HTTP {answer.status_code}: {answer.text[:300]}")
-        return replace(result, series=metrics_with_values(answer.json()))
+            return {}, f"HTTP {answer.status_code}: {answer.text[:300]}"
+        return answer.json(), ""
 
 
 def search_body(

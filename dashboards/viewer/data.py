@@ -1,0 +1,202 @@
+"""What the dashboard viewer draws: each panel's targets run as Grafana's datasources send them (the
+project's runner, dashboards/verify.py, with Grafana's macro and variable semantics), answered as frames
+a browser can plot; the dashboards' variables with their options from the real Prometheus; Grafana's time
+range words (``now-6h``) as seconds.
+
+A frame is one series: ``{"refId", "name", "labels", "points": [[ms, value or null], ...]}``. An instant
+query gives one point per series, at the range's end. A target that fails gives its error, never an empty
+frame list that would read as "no data".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleetsight.durations import seconds
+from fleetsight.prometheus import PrometheusError, PrometheusQueryError
+
+from .. import templating, verify
+
+LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(.+?)\s*,\s*)?(\w+)\s*\)\s*$")
+
+
+class BadRange(ValueError):
+    """A time range the viewer cannot read (its message says which part and why)."""
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    start: float
+    end: float
+
+
+def instant_of(word: str, now: float) -> float:
+    """Grafana's time words: ``now``, ``now-6h``, or epoch milliseconds (what its URLs carry)."""
+    text = word.strip()
+    if text == "now":
+        return now
+    if text.startswith("now-"):
+        try:
+            return now - seconds(text[4:])
+        except ValueError as exc:
+            raise BadRange(f"{word!r}: {exc}") from None
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadRange(f"{word!r} is neither now, now-<duration> (now-6h) nor epoch milliseconds") from None
+    if not math.isfinite(value):
+        raise BadRange(f"{word!r} is not a finite time")
+    return value / 1000.0
+
+
+def time_range(start: str, end: str, now: float | None = None) -> TimeRange:
+    now = time.time() if now is None else now
+    parsed = TimeRange(instant_of(start, now), instant_of(end, now))
+    if parsed.end <= parsed.start:
+        raise BadRange(f"the range ends ({end}) before it starts ({start})")
+    return parsed
+
+
+def legend(labels: Mapping[str, str], fmt: str) -> str:
+    """Grafana's legend: ``{{label}}`` filled from the series' labels; without a format, the metric's
+    name and its labels as Prometheus prints a series."""
+    if fmt:
+        return LEGEND_LABEL.sub(lambda m: labels.get(m.group(1), ""), fmt)
+    name = labels.get("__name__", "")
+    rest = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
+    return f"{name}{{{rest}}}" if rest or not name else name
+
+
+def number(text: Any) -> float | None:
+    """A Prometheus sample's text as a number; NaN and the infinities as null (JSON has no word for them)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def promql_frames(result: Any, ref: str, fmt: str) -> list[dict[str, Any]]:
+    if isinstance(result, list) and len(result) == 2 and not isinstance(result[0], dict):  # a scalar
+        return [
+            {
+                "refId": ref,
+                "name": fmt or "scalar",
+                "labels": {},
+                "points": [[result[0] * 1000, number(result[1])]],
+            }
+        ]
+    frames = []
+    for series in result:
+        labels = series.get("metric", {})
+        samples = series.get("values") or [series["value"]]
+        points = [[round(float(t) * 1000), number(v)] for t, v in samples]
+        frames.append({"refId": ref, "name": legend(labels, fmt), "labels": labels, "points": points})
+    return frames
+
+
+def logs_frames(answer: Mapping[str, Any], target: Mapping[str, Any], ref: str) -> list[dict[str, Any]]:
+    """One frame per metric of the date histogram (the count as ``Count``)."""
+    names = {m["id"]: f"{m['type']} {m.get('field', '')}".strip() for m in target.get("metrics", [])}
+    frames: dict[str, dict[str, Any]] = {}
+    for aggregation in answer.get("aggregations", {}).values():
+        for bucket in aggregation.get("buckets", []):
+            at = bucket["key"]
+            for metric_id, name in names.items():
+                value = (
+                    bucket.get("doc_count") if name == "count" else (bucket.get(metric_id) or {}).get("value")
+                )
+                frame = frames.setdefault(metric_id, {"refId": ref, "name": name, "labels": {}, "points": []})
+                frame["points"].append([at, value])
+    return list(frames.values())
+
+
+def variable_values(
+    dashboard: Mapping[str, Any], chosen: Mapping[str, str]
+) -> dict[str, templating.Selected]:
+    """The choices the page sent, each formatted by its variable's options (an unknown name is ignored)."""
+    names = {v["name"] for v in dashboard.get("templating", {}).get("list", [])}
+    return verify.variable_values(dict(dashboard), {k: v for k, v in chosen.items() if k in names})
+
+
+def panel_data(
+    runner: verify.Runner, dashboard: Mapping[str, Any], panel: Mapping[str, Any], chosen: Mapping[str, str]
+) -> dict[str, Any]:
+    """Every target of ``panel`` run over the runner's range: its frames, and each target's query as sent
+    and its error."""
+    variables = variable_values(dashboard, chosen)
+    frames: list[dict[str, Any]] = []
+    queries = []
+    for body in panel.get("targets", []):
+        source_ref = body.get("datasource") or panel.get("datasource") or {}
+        target = verify.Target(
+            dashboard.get("uid", "?"), panel.get("title", "?"), source_ref.get("uid", ""), body
+        )
+        sent, found, error = run_target(runner, target, variables)
+        frames += found
+        queries.append({"refId": body.get("refId", ""), "query": sent, "error": error})
+    return {"frames": frames, "queries": queries}
+
+
+def run_target(
+    runner: verify.Runner, target: verify.Target, variables: Mapping[str, templating.Selected]
+) -> tuple[str, list[dict[str, Any]], str]:
+    """(the query as sent, its frames, its error)."""
+    ref = target.body.get("refId", "A")
+    source = runner.sources.get(target.uid)
+    if source is None:
+        return json.dumps(target.body), [], f"datasource uid {target.uid!r} is not provisioned"
+    macros = runner.macros(source)
+    values = {**variables, **macros}
+    if source["type"] == "elasticsearch":
+        lucene = templating.interpolate(target.body.get("query", ""), values, "elasticsearch")
+        if runner.logs is None:
+            return lucene, [], "no logs datasource: the viewer was started without --logs"
+        answer, error = runner.logs_search(target, source, lucene, macros["__interval"])
+        return lucene, ([] if error else logs_frames(answer, target.body, ref)), error
+    expr = templating.interpolate(target.body.get("expr", ""), values)
+    instant = bool(target.body.get("instant", False))
+    try:
+        result, error = runner.promql_result(expr, instant, int(macros["__interval_ms"]))
+    except PrometheusError as exc:  # unreachable: the panel says so
+        return expr, [], str(exc)
+    return expr, ([] if error else promql_frames(result, ref, target.body.get("legendFormat", ""))), error
+
+
+def variable_options(runner: verify.Runner, variable: Mapping[str, Any]) -> tuple[list[str], str]:
+    """(options, error) of one dashboard variable: a constant's value, or a query variable's
+    ``label_values([metric,] label)`` over the range, sorted."""
+    query = str(variable.get("query", ""))
+    if variable.get("type") == "constant":
+        return [query], ""
+    if variable.get("type") == "custom":
+        return [part.strip() for part in query.split(",") if part.strip()], ""
+    match = LABEL_VALUES.match(query)
+    if variable.get("type") != "query" or match is None:
+        return [], f"variable {variable.get('name')!r}: only label_values(...) queries are drawn here"
+    selector, label = match.group(1), match.group(2)
+    matchers = [selector] if selector else []
+    try:
+        found = runner.prometheus.label_values(label, *matchers, start=runner.start, end=runner.end)
+    except PrometheusQueryError as exc:
+        return [], exc.error
+    except PrometheusError as exc:  # unreachable, or no API answer
+        return [], str(exc)
+    return sorted(found), ""
+
+
+def variables_of(runner: verify.Runner, dashboard: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's variables, in order, with their options (a hidden constant is listed, flagged)."""
+    listed = []
+    for variable in dashboard.get("templating", {}).get("list", []):
+        options, error = variable_options(runner, variable)
+        listed.append({
+            "name": variable["name"], "label": variable.get("label") or variable["name"],
+            "type": variable.get("type", ""), "options": options, "error": error,
+            "hidden": variable.get("type") == "constant" or bool(variable.get("hide")),
+        })  # fmt: skip
+    return listed
