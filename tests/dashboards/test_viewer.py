@@ -189,11 +189,9 @@ def test_every_dashboard_draws_in_chromium(live: dict[str, Any]) -> None:
         assert {a.get_attribute("href").split("/d/")[1] for a in listed} >= {
             s.uid for s in catalog.DASHBOARDS
         }
-        screenshot(browser, "home")
         for spec in catalog.DASHBOARDS:
             page = f"{url}/d/{spec.uid}?from=now-15m&to=now&var-hpc_job={live['job']}&var-node={HOT_NODE}"
             states = open_page(browser, page, spec.uid)
-            screenshot(browser, spec.uid)
             errors = console_errors(browser)
             empty = {s["panel-title"] for s in states if s["state"] == "nodata"}
             failed = {s["panel-title"]: s for s in states if s["state"] == "error"}
@@ -263,6 +261,16 @@ def alert_rows(browser: WebDriver) -> list[str]:
     return [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#alerts tbody tr")]
 
 
+def take_screenshots(browser: WebDriver, live: dict[str, Any]) -> None:
+    browser.get(live["url"])
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "a[href^='/d/']"), timeout=30, what="home")
+    screenshot(browser, "home")
+    for spec in catalog.DASHBOARDS:
+        page = f"{live['url']}/d/{spec.uid}?from=now-5m&to=now&var-hpc_job={live['job']}&var-node={HOT_NODE}"
+        open_page(browser, page, spec.uid)
+        screenshot(browser, spec.uid)
+
+
 def first_sample(prometheus: str, query: str, since: float) -> float:
     """The time of the first sample of ``query`` on HOT_NODE after ``since`` (a 1 s step: within a second)."""
     params = {"query": query, "start": since, "end": time.time(), "step": "1s"}
@@ -308,6 +316,8 @@ def test_a_thermal_fault_shows_on_the_sre_dashboard_and_the_overview_within_a_mi
             "data-state"
         )
         assert not console_errors(browser)
+        if SHOTS:  # every page during the fault, over the few minutes the twin has played
+            take_screenshots(browser, live)
     prometheus, since = live["prometheus"], thermal.onset - 30
     throttled = first_sample(prometheus, f"count by (node) ({THERMAL})", since)  # the panel's query
     on_panel = first_seen(heat_panel_frames(live["url"]), heat)
