@@ -25,7 +25,9 @@ from anomaly.queries import Queries
 from dashboards import build, catalog, model, researcher, verify
 from dashboards.cli import cli
 from dashboards.templating import Selected, interpolate
+from dashboards.viewer import data as viewer_data
 from fleetsight.dcgm import names_of
+from fleetsight.prometheus import Prometheus
 from fleetsight.settings import REPO_ROOT, Settings
 from support import StackEnv, free_port_base, wait_until
 
@@ -366,6 +368,15 @@ def test_the_logs_panels_run_against_opensearch(
 
     assert logs_panels("4242") == {"Step time": 1, "Loss": 1}
     assert logs_panels("4243") == {"Step time": 0, "Loss": 0}
+    # The local viewer (dashboards/viewer/) draws the same search: the document's step time in a bucket.
+    my_job = json.loads((build.OUTPUT_DIR / "my-job.json").read_text())
+    step_time = next(p for p in my_job["panels"] if p.get("title") == "Step time")
+    end = time.time()
+    with Prometheus(prometheus) as client, httpx.Client(base_url=logs, timeout=30) as search:
+        runner = verify.Runner(client, search, end - 600, end)
+        drawn = viewer_data.panel_data(runner, my_job, step_time, {"hpc_job": "4242"})
+    assert [q["error"] for q in drawn["queries"]] == [""]
+    assert [v for f in drawn["frames"] for _, v in f["points"] if v is not None] == [812.5]
 
 
 # ------------------------------------------------- the live health and anomaly services' panels
