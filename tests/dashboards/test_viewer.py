@@ -33,7 +33,7 @@ from support import Process, free_port, free_port_base, stopping, wait_until
 
 SCENARIO = Path(__file__).with_name("viewer_scenario.yaml")
 AROUND = ("slack-sink", "alertmanager", "exporter-node", "anomaly", "prometheus")
-HOT_NODE = "n0003"  # the scenario's thermal throttle: GPU 2 of n0003 from second 20 (it throttles once hot)
+HOT_NODE = "n0003"  # the scenario's thermal throttle: GPU 2 of n0003 from the start (it throttles once hot)
 HEAT_PANEL = "GPUs slowed by heat or a power brake, and failed PSUs"
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
 SHOTS = os.environ.get("FLEETSIGHT_SCREENSHOTS")
