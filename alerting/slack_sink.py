@@ -62,13 +62,22 @@ class Recorder:
 
     def append(self, path: str, payload: dict[str, Any]) -> None:
         line = json.dumps({"received_at": time.time(), "path": path, "payload": payload}) + "\n"
-        with self.lock, self.record_file.open("a") as out:
-            out.write(line)
+        # One unbuffered write: a buffered text file writes a line longer than its buffer in parts.
+        with self.lock, self.record_file.open("ab", buffering=0) as out:
+            out.write(line.encode())
 
     def lines(self) -> list[dict[str, Any]]:
-        if not self.record_file.exists():
-            return []
-        return [json.loads(line) for line in self.record_file.read_text().splitlines() if line.strip()]
+        return read_records(self.record_file)
+
+
+def read_records(record_file: Path) -> list[dict[str, Any]]:
+    """Every whole line of a record file. A reader that catches the writer mid-line leaves that
+    unfinished last line for its next read instead of failing on it."""
+    if not record_file.exists():
+        return []
+    text = record_file.read_text()
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def make_app(record_file: Path) -> FastAPI:

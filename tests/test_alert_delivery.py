@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from alerting.slack_sink import read_records
 from support import StackEnv, wait_until
 
 pytestmark = pytest.mark.stack
@@ -54,7 +55,7 @@ def test_an_alert_sent_to_both_alertmanagers_reaches_slack_once(stack_env: Stack
     record = stack_env.run_dir / "data" / "slack-sink" / "messages.jsonl"
     wait_until(lambda: record.exists() and record.read_text().strip(), timeout=60, what="a Slack message")
     time.sleep(DUPLICATE_WINDOW_S)  # the window in which the second Alertmanager would post a duplicate
-    messages = [json.loads(line)["payload"] for line in record.read_text().splitlines()]
+    messages = [entry["payload"] for entry in read_records(record)]
     per_channel: dict[str, int] = {}
     for message in messages:
         per_channel[message["channel"]] = per_channel.get(message["channel"], 0) + 1

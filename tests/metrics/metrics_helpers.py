@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
+from alerting.slack_sink import read_records
 from fleetsight.procs import pid_alive
 from support import StackEnv, wait_until
 
@@ -73,11 +74,8 @@ class SlackMessage:
 
 def slack_messages(record: Path) -> list[SlackMessage]:
     """Every message the stand-in recorded, in arrival order (Slack's attachment format)."""
-    if not record.exists():
-        return []
     messages = []
-    for line in record.read_text().splitlines():
-        entry = json.loads(line)
+    for entry in read_records(record):
         payload = entry["payload"]
         attachment = (payload.get("attachments") or [{}])[0]
         title = attachment.get("title") or payload.get("text", "")

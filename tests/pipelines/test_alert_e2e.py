@@ -10,14 +10,12 @@ import uuid
 
 from logs_helpers import LogStack
 
+from alerting.slack_sink import read_records
 from support import wait_until
 
 
 def slack_messages(stack: LogStack) -> list[dict]:
-    record = stack.settings.data_dir("slack-sink") / "messages.jsonl"
-    if not record.exists():
-        return []
-    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    return read_records(stack.settings.data_dir("slack-sink") / "messages.jsonl")
 
 
 def test_a_cuda_error_reaches_slack_within_two_minutes(log_stack: LogStack) -> None:

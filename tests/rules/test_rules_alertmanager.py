@@ -13,6 +13,7 @@ import httpx
 import pytest
 import yaml
 
+from alerting.slack_sink import read_records
 from fleetsight.settings import REPO_ROOT
 from support import StackEnv, wait_until
 
@@ -69,7 +70,7 @@ def amtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_config_is_valid() -> None:
     result = amtool("check-config", str(CONFIG))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 inhibit rules" in result.stdout
+    assert "5 inhibit rules" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -129,10 +130,9 @@ def alert(name: str, labels: dict[str, str], summary: str, ends: dt.datetime | N
 
 
 def messages(stack: StackEnv) -> list[dict[str, Any]]:
-    record = stack.run_dir / "data" / "slack-sink" / "messages.jsonl"
-    if not record.exists():
-        return []
-    return [json.loads(line)["payload"] for line in record.read_text().splitlines() if line.strip()]
+    return [
+        entry["payload"] for entry in read_records(stack.run_dir / "data" / "slack-sink" / "messages.jsonl")
+    ]
 
 
 def post(stack: StackEnv, alerts: list[dict[str, Any]]) -> None:
@@ -167,10 +167,13 @@ def test_slack_messages_inhibition_and_resolution(stack_env: StackEnv) -> None:
         {"severity": "critical", "team": "facilities", "node": "n0007", "gpu": "0"},
         "brake",
     )
-    post(stack_env, [node_down, psu])
+    # A slow Lustre target (the culprit) and the Lustre errors of its clients (victims), which it holds;
+    # a client with errors in a cluster where no target is slow still pages.
+    culprit, victims, lone_client = lustre_culprit_and_victims()
+    post(stack_env, [node_down, psu, culprit])
     # Let the inhibitors reach Alertmanager first, then the alerts they silence.
-    wait_until(lambda: len(messages(stack_env)) >= 2, timeout=60, what="NodeDown and PSUFailed messages")
-    post(stack_env, [brake, thermal_on_down_node, brake_from_psu])
+    wait_until(lambda: len(messages(stack_env)) >= 3, timeout=60, what="NodeDown, PSUFailed, LustreOSTSlow")
+    post(stack_env, [brake, thermal_on_down_node, brake_from_psu, *victims, lone_client])
 
     def brake_messages() -> list[dict[str, Any]]:
         return [m for m in messages(stack_env) if "GPUPowerBrakeActive" in m["attachments"][0]["title"]]
@@ -208,8 +211,58 @@ def test_slack_messages_inhibition_and_resolution(stack_env: StackEnv) -> None:
         "n0007" in m["attachments"][0]["text"] and "GPUPowerBrakeActive" in m["attachments"][0]["title"]
         for m in messages(stack_env)
     )
+    assert_lustre_victims_held(stack_env)
     # The webhook URL is a secret: never in Alertmanager's log.
     log_text = "".join(
         p.read_text(errors="replace") for p in (stack_env.run_dir / "logs").glob("alertmanager*")
     )
     assert "/services/local/webhook" not in log_text
+
+
+def lustre_culprit_and_victims() -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    culprit = alert(
+        "LustreOSTSlow",
+        {"severity": "warning", "team": "sre", "fs": "eos", "component": "osc", "target": "eos-OST0002"},
+        "Lustre target eos-OST0002 of eos is slow: 3ms per RPC against 970us for its peers",
+    )
+    culprit["annotations"]["description"] = (
+        "Victims, the client nodes that wait over 2 ms on it: 3 (n0011, n0012, n0013). Their jobs: 2001."
+    )
+    victims = [
+        alert("LustreClientErrors", {"severity": "warning", "team": "sre", "node": node}, f"errors on {node}")
+        for node in ("n0011", "n0012", "n0013")
+    ]
+    lone_client = alert(
+        "LustreClientErrors",
+        {"severity": "warning", "team": "sre", "node": "n0021", "cluster": "other"},
+        "errors on n0021",
+    )
+    return culprit, victims, lone_client
+
+
+def assert_lustre_victims_held(stack: StackEnv) -> None:
+    """One message for the slow target, naming its victims; none for them (Alertmanager holds them, so
+    no receiver, the health service's webhook included, hears of them); the lone client still pages."""
+
+    def titled(word: str) -> list[dict[str, Any]]:
+        return [m for m in messages(stack) if word in m["attachments"][0]["title"]]
+
+    wait_until(lambda: titled("LustreClientErrors on n0021"), timeout=60, what="the lone client's message")
+    response = httpx.get(
+        stack.url("alertmanager", "/api/v2/alerts"), params={"filter": 'alertname="LustreClientErrors"'}
+    )
+    states = {
+        a["labels"]["node"]: (a["status"]["state"], a["status"]["inhibitedBy"]) for a in response.json()
+    }
+    assert {node: state for node, (state, _) in states.items()} == {
+        "n0011": "suppressed",
+        "n0012": "suppressed",
+        "n0013": "suppressed",
+        "n0021": "active",
+    }
+    assert all(by for node, (_, by) in states.items() if node != "n0021"), states
+    culprit = titled("LustreOSTSlow")
+    assert len(culprit) == 1, culprit
+    assert "target: `eos-OST0002`" in culprit[0]["attachments"][0]["text"]
+    assert "n0011, n0012, n0013" in culprit[0]["attachments"][0]["text"]
+    assert not [m for m in titled("LustreClientErrors") if "n0021" not in m["attachments"][0]["title"]]
