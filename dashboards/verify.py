@@ -9,7 +9,7 @@ import json
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,18 @@ class QueryResult:
     error: str = ""
     datasource: str = model.PROMETHEUS
     skipped: str = ""  # why the target was not run (a datasource not given)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One target as sent and answered: its datasource type, the query text after interpolation, the
+    server's result (PromQL's result or the logs search's response), an error, or why it was not run."""
+
+    datasource: str
+    query: str
+    result: Any
+    error: str = ""
+    skipped: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,22 +116,36 @@ class Runner:
         return templating.builtins(self.start, self.end, scrape_interval_s(source), MAX_DATA_POINTS)
 
     def run(self, target: Target, variables: Mapping[str, templating.Selected]) -> QueryResult:
+        sent = self.answer(target, variables)
+        if sent.datasource == "elasticsearch":
+            series = metrics_with_values(sent.result) if sent.result else 0
+        else:
+            series = len(sent.result) if isinstance(sent.result, list) else 1
+        return QueryResult(
+            target.dashboard, target.panel, sent.query, series, sent.error, target.uid, sent.skipped
+        )
+
+    def answer(self, target: Target, variables: Mapping[str, templating.Selected]) -> Answer:
+        """The target as its datasource would send it (Grafana's macros and variable formats) and the
+        server's answer: a PromQL result, or the logs search's response. The one place both `verify` and
+        the viewer (dashboards/viewer/data.py) run a target."""
         source = self.sources.get(target.uid)
         if source is None:
             known = ", ".join(sorted(self.sources))
             error = f"datasource uid {target.uid!r} is not provisioned (known: {known})"
-            return QueryResult(target.dashboard, target.panel, json.dumps(target.body), 0, error, target.uid)
+            return Answer("", json.dumps(target.body), [], error)
         macros = self.macros(source)
+        values = {**variables, **macros}
         if source["type"] == "elasticsearch":
-            return self.run_logs(target, source, {**variables, **macros}, macros["__interval"])
-        expr = templating.interpolate(target.body.get("expr", ""), {**variables, **macros})
-        series, error = self.run_promql(expr, target.body.get("instant", False), int(macros["__interval_ms"]))
-        return QueryResult(target.dashboard, target.panel, expr, series, error, target.uid)
-
-    def run_promql(self, expr: str, instant: bool, step_ms: int) -> tuple[int, str]:
-        """(series, error) of an instant query at the end, or a range query stepped by $__interval."""
-        result, error = self.promql_result(expr, instant, step_ms)
-        return len(result) if isinstance(result, list) else 1, error
+            lucene = templating.interpolate(target.body.get("query", ""), values, "elasticsearch")
+            if self.logs is None:
+                return Answer("elasticsearch", lucene, {}, skipped="no logs URL given")
+            found, error = self.logs_search(target, source, lucene, macros["__interval"])
+            return Answer("elasticsearch", lucene, found, error)
+        expr = templating.interpolate(target.body.get("expr", ""), values)
+        instant = bool(target.body.get("instant", False))
+        result, error = self.promql_result(expr, instant, int(macros["__interval_ms"]))
+        return Answer("prometheus", expr, result, error)
 
     def promql_result(self, expr: str, instant: bool, step_ms: int) -> tuple[Any, str]:
         """(result, error): an instant query's result at the end (a vector's samples, or a scalar's
@@ -133,18 +159,6 @@ class Runner:
             return [], exc.error
         except (PrometheusHTTPError, PrometheusBadAnswer) as exc:  # no API answer (a proxy's, say)
             return [], str(exc)
-
-    def run_logs(
-        self, target: Target, source: Mapping[str, Any], values: Mapping[str, Any], interval: str
-    ) -> QueryResult:
-        lucene = templating.interpolate(target.body.get("query", ""), values, "elasticsearch")
-        result = QueryResult(target.dashboard, target.panel, lucene, 0, "", target.uid)
-        if self.logs is None:
-            return replace(result, skipped="no logs URL given")
-        answer, error = self.logs_search(target, source, lucene, interval)
-        if error:
-            return replace(result, error=error)
-        return replace(result, series=metrics_with_values(answer))
 
     def logs_search(
         self, target: Target, source: Mapping[str, Any], lucene: str, interval: str

@@ -10,7 +10,6 @@ frame list that would read as "no data".
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -145,26 +144,19 @@ def panel_data(
 def run_target(
     runner: verify.Runner, target: verify.Target, variables: Mapping[str, templating.Selected]
 ) -> tuple[str, list[dict[str, Any]], str]:
-    """(the query as sent, its frames, its error)."""
+    """(the query as sent, its frames, its error), from the runner `verify` uses."""
     ref = target.body.get("refId", "A")
-    source = runner.sources.get(target.uid)
-    if source is None:
-        return json.dumps(target.body), [], f"datasource uid {target.uid!r} is not provisioned"
-    macros = runner.macros(source)
-    values = {**variables, **macros}
-    if source["type"] == "elasticsearch":
-        lucene = templating.interpolate(target.body.get("query", ""), values, "elasticsearch")
-        if runner.logs is None:
-            return lucene, [], "no logs datasource: the viewer was started without --logs"
-        answer, error = runner.logs_search(target, source, lucene, macros["__interval"])
-        return lucene, ([] if error else logs_frames(answer, target.body, ref)), error
-    expr = templating.interpolate(target.body.get("expr", ""), values)
-    instant = bool(target.body.get("instant", False))
     try:
-        result, error = runner.promql_result(expr, instant, int(macros["__interval_ms"]))
+        sent = runner.answer(target, variables)
     except PrometheusError as exc:  # unreachable: the panel says so
-        return expr, [], str(exc)
-    return expr, ([] if error else promql_frames(result, ref, target.body.get("legendFormat", ""))), error
+        return target.body.get("expr", ""), [], str(exc)
+    if sent.skipped:
+        return sent.query, [], "no logs datasource: the viewer was started without --logs"
+    if sent.error:
+        return sent.query, [], sent.error
+    if sent.datasource == "elasticsearch":
+        return sent.query, logs_frames(sent.result, target.body, ref), ""
+    return sent.query, promql_frames(sent.result, ref, target.body.get("legendFormat", "")), ""
 
 
 def variable_options(runner: verify.Runner, variable: Mapping[str, Any]) -> tuple[list[str], str]:
