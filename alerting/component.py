@@ -28,6 +28,7 @@ import yaml
 from fleetsight.components import Component, http_ok, missing_binary
 from fleetsight.settings import Settings
 from fleetsight.setup import apt_step
+from fleetsight.supervisor import runs_here
 
 from .log_alerts import (
     ELASTALERT_INSTALL_STEP,
@@ -97,11 +98,15 @@ def health_token_file(settings: Settings) -> Path:
 
 def local_health_url(config: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The health receiver's webhook pointed at the local stack's health service (production names
-    the compose service)."""
+    the compose service); with the health pair in the stack, at both replicas (as a Service in front of
+    both pods would be): either may be down, and a follower forwards what it gets to the leader."""
+    replicas = ["health"] + (["health_b"] if runs_here(settings, "health-b") else [])
     for receiver in config.get("receivers", []):
         if receiver.get("name") == HEALTH_RECEIVER:
-            for webhook in receiver.get("webhook_configs", []):
-                webhook["url"] = settings.url("health", HEALTH_EVENTS_PATH)
+            template = receiver.get("webhook_configs", [{}])[0]
+            receiver["webhook_configs"] = [
+                {**template, "url": settings.url(port, HEALTH_EVENTS_PATH)} for port in replicas
+            ]
     return config
 
 

@@ -77,6 +77,7 @@ class TwinStack:
         self.supervisor: Supervisor | None = None
         self.light_ran = float("-inf")
         self.light_errors: list[str] = []
+        self.must_start: tuple[str, ...] = ("twin", "health")  # the others' failures are reported
 
     # ------------------------------------------------------------------------------ processes
     def components(self) -> list[Component]:
@@ -84,15 +85,7 @@ class TwinStack:
         scenario, pace and truth file) and health service (its policy), all in this stack's run folder
         and ports."""
         registry = load_components()
-        local = {
-            "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
-            "FLEETSIGHT_PORT_BASE": str(self.port_base),
-        }
-
-        def here(component: Component, **changes: Any) -> Component:
-            env = component.env
-            return dataclasses.replace(component, env=lambda s: {**env(s), **local}, **changes)
-
+        here = self.here
         twin = here(registry["twin"], command=self._twin_command, ready_timeout_s=120.0)
         health = here(registry["health"], command=self._health_command, depends_on=("alertmanager",))
         order = [twin]
@@ -101,6 +94,15 @@ class TwinStack:
                 order.append(health)
             order.append(here(registry[name]))
         return order
+
+    def here(self, component: Component, **changes: Any) -> Component:
+        """A component of this stack: its run folder and ports in the environment, and ``changes``."""
+        local = {
+            "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
+            "FLEETSIGHT_PORT_BASE": str(self.port_base),
+        }
+        env = component.env
+        return dataclasses.replace(component, env=lambda s: {**env(s), **local}, **changes)
 
     def _twin_command(self, settings: Settings) -> list[str]:
         return fleetsight_command(
@@ -136,19 +138,19 @@ class TwinStack:
         supervisor.log); the twin and the health service must come up, the others are reported."""
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
         self.supervisor = Supervisor(self.settings, self.components())
-        with self._supervisor_log():
+        with self.supervisor_log():
             self.supervisor.start_all()
-        for name in ("twin", "health"):
+        for name in self.must_start:
             state = self.supervisor.states[name]
             if state.status != "ready":
                 raise RuntimeError(f"the {name} did not start: {state.detail}: {tail(Path(state.log))}")
 
     def stop(self) -> None:
         if self.supervisor is not None:
-            with self._supervisor_log():
+            with self.supervisor_log():
                 self.supervisor.stop_all()
 
-    def _supervisor_log(self) -> contextlib.AbstractContextManager[Any]:
+    def supervisor_log(self) -> contextlib.AbstractContextManager[Any]:
         log = self.settings.log_file("supervisor")
         log.parent.mkdir(parents=True, exist_ok=True)
         stack = contextlib.ExitStack()

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,15 @@ def read_state(settings: Settings) -> dict:
         return json.loads(state_path(settings).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
+
+
+def runs_here(settings: Settings, name: str) -> bool:
+    """Whether the supervisor in this process runs component ``name`` (its state file lists the stack it
+    runs, written before any component starts): how one component's configuration adapts to another
+    being part of the same stack (the health pair's second replica). Never true outside a supervisor."""
+    state = read_state(settings)
+    names = {c.get("name") for c in state.get("components", [])}
+    return state.get("supervisor_pid") == os.getpid() and name in names
 
 
 def log_event(event: str, **fields: object) -> None:
@@ -153,6 +163,7 @@ class Supervisor:
 
     # -- the whole stack ------------------------------------------------------------------------
     def start_all(self) -> None:
+        self.save()  # the stack's list, before any component prepares (runs_here reads it)
         failed: set[str] = set()
         for component in self.components:
             if self.stopping:
@@ -175,10 +186,11 @@ class Supervisor:
             if not self.wait_ready(component):
                 failed.add(component.name)
 
-    def watch(self) -> None:
-        """Restart components that exit, with a growing back-off, until asked to stop."""
+    def watch(self, until: Callable[[], bool] = lambda: False) -> None:
+        """Restart components that exit, with a growing back-off, until asked to stop (or until
+        ``until()``: the game day stops restarting before it stops the twin)."""
         backoff: dict[str, float] = {}
-        while not self.stopping:
+        while not self.stopping and not until():
             now = time.monotonic()
             for component in self.components:
                 name = component.name

@@ -32,7 +32,7 @@ from .jobs import add_routes as add_job_routes
 from .metrics import HealthCollector
 from .model import OVERRIDE_STATES, STATES
 from .policy import PolicyError, parse_duration
-from .replica import add_replica_routes, leader_status
+from .replica import add_replica_routes, leader_status, replica_identity, replica_role
 from .service_protocol import Service
 from .validation import add_routes as add_validation_routes
 
@@ -307,6 +307,9 @@ def add_fleet_reads(app: FastAPI, service: Service, require: Require) -> None:
             # Needed DCGM fields that dcgm-exporter does not publish, and what they blind (null until
             # Prometheus has answered; [] when nothing is missing).
             "dcgm_fields": {"missing": service.dcgm_fields},
+            # who answers: leader | follower (two replicas) or standalone; the identity its events carry
+            "role": replica_role(service),
+            "identity": replica_identity(service),
             "leader": leader_status(service),
         }
 

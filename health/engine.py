@@ -59,6 +59,7 @@ class HealthEngine:
         self.touched_at: dict[tuple[str, str], float] = {}  # (node, key) -> time of its last event
         self.changed: set[str] = set()  # nodes re-decided by the last update/process (for renderers)
         self.release_gate: Any = None  # health/validation.py: (node, drain_reason, now) -> may resume
+        self.replica = ""  # the election identity of the replica deciding ("" when it is the only one)
         self._load()
 
     # ------------------------------------------------------------------------------ persistence
@@ -363,6 +364,7 @@ class HealthEngine:
             "to": state,
             "reasons": [r["signal"] for r in reasons],
             "summary": reasons[0]["summary"] if reasons else "clean",
+            "replica": self.replica,  # who decided: "no write by a non-leader" is checked on this
         }
         self.next_event_id += 1
         record.history.append(

@@ -79,6 +79,7 @@ def adopt(service: Service, payload: dict[str, Any]) -> None:
 
 def replace_engine(service: Service, engine: HealthEngine) -> None:
     engine.release_gate = service.engine.release_gate  # set once by the validation routes
+    engine.replica = service.engine.replica  # set once by the election (health/serve_cli.py)
     with service.lock:
         service.engine = engine
 
@@ -123,6 +124,18 @@ def lead(service: Service) -> bool:
     return False
 
 
+def replica_role(service: Service) -> str:
+    """leader | follower with an election, else standalone (the only writer)."""
+    if service.elector is None:
+        return "standalone"
+    return "leader" if service.is_writer else "follower"
+
+
+def replica_identity(service: Service) -> str:
+    """The identity this replica's decisions carry (events' ``replica``): "" without an election."""
+    return service.elector.config.identity if service.elector is not None else ""
+
+
 def leader_status(service: Service) -> dict[str, Any] | None:
     """/v1/status's view of the election (None without one): this replica's role, the Lease's holder,
     and the sweeps this replica has done since it last became the writer."""
@@ -130,8 +143,8 @@ def leader_status(service: Service) -> dict[str, Any] | None:
     if elector is None:
         return None
     return {
-        "role": "leader" if service.is_writer else "follower",
-        "identity": elector.config.identity,
+        "role": replica_role(service),
+        "identity": replica_identity(service),
         "holder": elector.holder,
         "leader_url": elector.leader_url,
         "sweeps": service.sweeps if service.is_writer else 0,
@@ -162,7 +175,7 @@ def add_replica_routes(app: FastAPI, service: Service, require_events: Any) -> N
             response = await forward(service, request)
         else:
             response = await call_next(request)
-        response.headers[ROLE_HEADER] = "leader" if service.is_writer else "follower"
+        response.headers[ROLE_HEADER] = replica_role(service)
         return response
 
 

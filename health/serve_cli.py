@@ -103,6 +103,12 @@ if TYPE_CHECKING:
     help="Where the other replica reaches this one (default: http://$POD_IP:PORT).",
 )
 @click.option(
+    "--leader-election-kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The kubeconfig to reach the Lease with (default: $KUBECONFIG, else the pod's ServiceAccount); "
+    "the local stack's pair uses health-lease's (health/component.py election_args).",
+)
+@click.option(
     "--breaker-alert/--no-breaker-alert",
     default=True,
     show_default=True,
@@ -137,6 +143,7 @@ def serve(
     leader_election_name: str | None = None,
     leader_election_identity: str | None = None,
     leader_election_url: str | None = None,
+    leader_election_kubeconfig: Path | None = None,
 ) -> None:
     """Run the health service: refresh from the sources in the background, answer the REST API.
 
@@ -201,7 +208,12 @@ def serve(
         discovery_ports=ports,
     )
     if leader_election_namespace or leader_election_name:
-        lease = LeaseOptions(leader_election_namespace, leader_election_name, leader_election_identity)
+        lease = LeaseOptions(
+            leader_election_namespace,
+            leader_election_name,
+            leader_election_identity,
+            leader_election_kubeconfig,
+        )
         elect(service, lease, leader_election_url or f"http://{os.environ.get('POD_IP', host)}:{port}")
         # load_tokens read it already: a file that cannot serve has stopped the start-up there.
         service.peer_token = (
@@ -223,6 +235,7 @@ class LeaseOptions:
     namespace: str | None
     name: str | None
     identity: str | None
+    kubeconfig: Path | None = None
 
 
 def elect(service: HealthService, lease: LeaseOptions, url: str) -> None:
@@ -233,11 +246,12 @@ def elect(service: HealthService, lease: LeaseOptions, url: str) -> None:
     if not (lease.namespace and lease.name):
         raise click.UsageError("--leader-election-namespace and --leader-election-name go together")
     try:
-        api = connect(None)
-    except KubernetesError as exc:
+        api = connect(lease.kubeconfig)
+    except (KubernetesError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     identity = lease.identity or socket.gethostname()
     service.elector = LeaderElector(api, LeaseConfig(lease.namespace, lease.name, identity, url))
+    service.engine.replica = identity  # every decision names the replica that made it
     service.elector.start()
 
 

@@ -156,11 +156,12 @@ class HealthService:
         """After a batch: log its state changes, raise or resolve the breaker's alert, count it."""
         for event in changes:
             log.info(
-                "event=state_change node=%s from=%s to=%s reasons=%s",
+                "event=state_change node=%s from=%s to=%s reasons=%s replica=%s",
                 event["node"],
                 event["from"],
                 event["to"],
                 ",".join(event["reasons"]),
+                event.get("replica", ""),
             )
         self.breaker_alert.send(self.engine.breaker, now)
         self.refreshes += 1

@@ -16,12 +16,11 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
-import httpx
 from confluent_kafka import Consumer, TopicPartition
 from logs_helpers import LOSS_SCENARIO, LogStack
 
+from evaluation.log_ledger import indexed_origins, written_origins
 from pipelines.catalogue import CATALOGUES
 from pipelines.component import LOCAL_RAW_CLASSES, NODE_RSYSLOG_STOP_TIMEOUT_S
 from pipelines.logclasses import BY_NAME, LOG_CLASSES
@@ -33,42 +32,6 @@ KAFKA_OUTAGE_S = float(os.environ.get("FLEETSIGHT_LOSS_KAFKA_OUTAGE_S", "10"))
 TWIN_DURATION = os.environ.get("FLEETSIGHT_LOSS_TWIN_DURATION", "40m")  # simulated, at 8x real time
 RESTART_DURING = os.environ.get("FLEETSIGHT_LOSS_RESTART_DURING", "kafka")  # or "opensearch" (see above)
 assert RESTART_DURING in ("opensearch", "kafka"), RESTART_DURING
-
-
-def written_origins(nodes_root: Path) -> set[tuple[str, int]]:
-    """(file, offset of the line's first byte) of every complete line under the twin's node trees."""
-    origins = set()
-    patterns = ("kern.log", "fabricmanager.log", "bmc-sel.log", "jobs/*/rank-*.log")
-    for path in [path for pattern in patterns for path in nodes_root.glob(f"*/var/log/{pattern}")]:
-        offset = 0
-        for line in path.read_bytes().splitlines(keepends=True):
-            if line.endswith(b"\n"):
-                origins.add((str(path), offset))
-            offset += len(line)
-    return origins
-
-
-def indexed_origins(stack: LogStack, nodes_root: Path) -> list[tuple[str, int]]:
-    """(file, offset) of every indexed document from the twin's files, one entry per document."""
-    httpx.post(f"{stack.search_url}/fleetsight-logs-*/_refresh", timeout=60).raise_for_status()
-    found: list[tuple[str, int]] = []
-    search_after = None
-    while True:
-        body = {
-            "size": 5000,
-            "_source": ["log.file.path", "log.offset"],
-            "query": {"prefix": {"log.file.path": str(nodes_root) + "/"}},
-            "sort": [{"log.file.path": "asc"}, {"log.offset": "asc"}, {"event.id": "asc"}],
-        }
-        if search_after:
-            body["search_after"] = search_after
-        response = httpx.post(f"{stack.search_url}/fleetsight-logs-*/_search", json=body, timeout=60)
-        response.raise_for_status()
-        hits = response.json()["hits"]["hits"]
-        if not hits:
-            return found
-        found += [(hit["_source"]["log"]["file"]["path"], hit["_source"]["log"]["offset"]) for hit in hits]
-        search_after = hits[-1]["sort"]
 
 
 def kafka_records(stack: LogStack, topics: list[str]) -> int:
@@ -179,12 +142,12 @@ def test_outages_lose_nothing_and_double_nothing(log_stack: LogStack) -> None:
     began = time.monotonic()
 
     def converged() -> bool:
-        return set(indexed_origins(log_stack, nodes_root)) >= written
+        return set(indexed_origins(log_stack.search_url, nodes_root)) >= written
 
     try:
         wait_until(converged, timeout=300, interval=3, what="every written line to be indexed")
     finally:
-        documents = indexed_origins(log_stack, nodes_root)
+        documents = indexed_origins(log_stack.search_url, nodes_root)
         counts = Counter(documents)
         missing = written - set(counts)
         duplicated = sum(n - 1 for n in counts.values())
