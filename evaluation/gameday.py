@@ -29,7 +29,7 @@ from alerting.slack_sink import read_records
 from fleetsight.components import Component, load_components
 from fleetsight.prometheus import Prometheus, PrometheusError
 from fleetsight.settings import Settings
-from health.component import election_args, events_token_file, serve_command
+from health.component import election_args
 from twin.truth import Fault
 
 from . import gameday_chaos as chaos
@@ -155,28 +155,19 @@ class GameDayStack(TwinStack):
             link.close()
 
     def _health_command(self, settings: Settings) -> list[str]:
-        return serve_command(
-            f"127.0.0.1:{settings.port('health')}",
-            settings.data_dir("health"),
-            policy=self.policy,
-            cluster="twin",
+        return self.health_replica(
+            settings,
             alertmanagers=[self.links["health->alertmanager"].url, settings.url("alertmanager_b")],
             prometheus=self.links["health->prometheus"].url,
-            scheduler=settings.url("twin", "/slurm/v0.0.40"),
-            events_token_file=events_token_file(settings),
             extra=election_args(settings, HEALTH_REPLICAS["health"]),
         )
 
     def _health_b_command(self, settings: Settings) -> list[str]:
-        return serve_command(
-            f"127.0.0.1:{settings.port('health_b')}",
-            settings.data_dir("health-b"),
-            policy=self.policy,
-            cluster="twin",
+        return self.health_replica(
+            settings,
             alertmanagers=[settings.url("alertmanager"), settings.url("alertmanager_b")],
-            prometheus=settings.url("prometheus"),
-            scheduler=settings.url("twin", "/slurm/v0.0.40"),
-            events_token_file=events_token_file(settings),
+            port="health_b",
+            state="health-b",
             extra=election_args(settings, HEALTH_REPLICAS["health-b"]),
         )
 

@@ -122,15 +122,30 @@ class TwinStack:
         )
 
     def _health_command(self, settings: Settings) -> list[str]:
+        return self.health_replica(settings, alertmanagers=[settings.url("alertmanager")])
+
+    def health_replica(
+        self,
+        settings: Settings,
+        *,
+        alertmanagers: list[str],
+        prometheus: str | None = None,
+        port: str = "health",
+        state: str = "health",
+        extra: tuple[str, ...] = (),
+    ) -> list[str]:
+        """A health service of this stack (with this check's policy, on the twin's scheduler): on the
+        port named ``port``, its state in the data folder ``state``."""
         return serve_command(
-            f"127.0.0.1:{settings.port('health')}",
-            settings.data_dir("health"),
+            f"127.0.0.1:{settings.port(port)}",
+            settings.data_dir(state),
             policy=self.policy,
             cluster="twin",
-            alertmanagers=[settings.url("alertmanager")],
-            prometheus=settings.url("prometheus"),
+            alertmanagers=alertmanagers,
+            prometheus=prometheus or settings.url("prometheus"),
             scheduler=settings.url("twin", "/slurm/v0.0.40"),
             events_token_file=events_token_file(settings),  # the Alertmanager's webhook to it
+            extra=extra,
         )
 
     def start(self) -> None:
