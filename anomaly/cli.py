@@ -43,7 +43,12 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
         ),
         click.option("--slurm-url", envvar="FLEETSIGHT_SLURM_URL", default=None, help=slurm_help),
         click.option(
-            "--interval", type=float, default=30.0, show_default=True, help="Seconds between cycles."
+            "--interval",
+            type=float,
+            default=30.0,
+            show_default=True,
+            envvar="FLEETSIGHT_ANOMALY_INTERVAL",
+            help="Seconds between cycles.",
         ),
         click.option(
             "--window", default="30s", show_default=True, help="PromQL range each cycle summarises."
