@@ -93,7 +93,7 @@ def cli(
     Prometheus, Alertmanager, Thanos sidecar and Query, Kafka, OpenSearch, the rsyslog node side and
     shipper, the node agents, the fabric exporter, the health leader or follower and their Lease server,
     the anomaly and checks services are killed (SIGKILL), restarted (SIGTERM) or paused (SIGSTOP, then
-    SIGCONT), and the health leader's links to Prometheus and Alertmanager cut or slowed, on a seeded
+    SIGCONT), and health-a's links to Prometheus and Alertmanager cut or slowed, on a seeded
     schedule; the stack's supervisor restarts what exits, as under `fleetsight up`.
 
     Then it judges the history and prints the invariants (alerts delivered, log lines lost and
