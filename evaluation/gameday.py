@@ -70,6 +70,7 @@ STATUS_TIMEOUT_S = 2.0  # a paused replica must not hold the sampling up for lon
 HEALTH_REPLICAS = {"health": "health-a", "health-b": "health-b"}
 _STATE_CHANGE = re.compile(
     r"^ts=(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*event=state_change node=(\S+) from=(\S+) to=(\S+)"
+    r" reasons=(\S*)"
 )
 LEDGER_TIMEOUT_S = 300.0
 FIRING_STEP_S = 5
@@ -111,6 +112,7 @@ class GameDayResult:
             "recovery": verdict.recovery,
             "disruptions": verdict.disruptions,
             "component_kinds": verdict.kinds,
+            "health_decisions": verdict.decisions,
             "problems": self.problems,
             "light_check_errors": self.light_check_errors,
         }
@@ -255,9 +257,10 @@ def decisions(settings: Settings) -> list[dict[str, Any]]:
         for line in lines:
             match = _STATE_CHANGE.search(line)
             if match:
-                stamp, millis, node, before, after = match.groups()
+                stamp, millis, node, before, after, reasons = match.groups()
                 at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
-                found.append({"t": at, "replica": identity, "what": f"{node} {before} -> {after}"})
+                what = f"{node} {before} -> {after} ({reasons or 'no reason'})"
+                found.append({"t": at, "replica": identity, "what": what})
     return found
 
 
@@ -376,8 +379,9 @@ def _judge(
     alerts = slack_alerts(read_records(slack_record_file(stack.settings)))
     rows = journeys(faults, alerts, firings, seen.timelines, watched_until, options.alert_allowance_s)
     wrong_nodes = wrongly_out_of_service(faults, seen.timelines)
-    wrong_writes = non_leader_writes(decisions(stack.settings), seen.leadership)
-    return judge(rows, ledger, wrong_nodes, list(history.events), wrong_writes)
+    made = decisions(stack.settings)
+    wrong_writes = non_leader_writes(made, seen.leadership)
+    return judge(rows, ledger, wrong_nodes, list(history.events), wrong_writes, len(made))
 
 
 def _describe(entry: dict[str, Any]) -> str:

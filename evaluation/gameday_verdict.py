@@ -151,6 +151,7 @@ class Verdict:
     recovery: dict[str, dict[str, Any]] = field(default_factory=dict)
     disruptions: int = 0
     kinds: int = 0
+    decisions: int = 0  # health decisions checked against the leader of the time
 
     @property
     def holds(self) -> bool:
@@ -185,6 +186,7 @@ def judge(
     wrong_nodes: dict[str, str],
     events: list[dict[str, Any]],
     wrong_writes: list[dict[str, Any]] | None,
+    decisions_checked: int = 0,
 ) -> Verdict:
     """The invariants over a game day's history. ``ledger`` None: the log path was not part of the game
     day; ``wrong_writes`` None: one health replica, no leader to check."""
@@ -225,7 +227,10 @@ def judge(
         detail = "; ".join(
             f"{w.get('replica') or '?'}: {w.get('what', 'a decision')}" for w in wrong_writes[:5]
         )
-        add(("no health decision by a non-leader", not wrong_writes, detail or "none"))
+        add(
+            ("no health decision by a non-leader", not wrong_writes, detail or f"none of {decisions_checked}")
+        )
+        verdict.decisions = decisions_checked
     return verdict
 
 

@@ -55,6 +55,8 @@ def test_a_seeded_game_day_keeps_every_invariant() -> None:
     # Every fault of the scenario was due and made the whole journey; the log path carried the twin's lines.
     assert len(report["journeys"]) == 3 and all(j["due"] for j in report["journeys"])
     assert all(j["slack_s"] is not None and j["acted_s"] is not None for j in report["journeys"])
+    # The health decisions were read (each fault's state change at least) and each checked against the leader.
+    assert report["health_decisions"] >= 3
     assert report["logs"]["written"] > 100 and report["logs"]["indexed"] == report["logs"]["written"]
     recovered = sum(row["recovered"] for row in report["recovery"].values())
     process_disruptions = sum(1 for d in planned if d.kind != "link")
