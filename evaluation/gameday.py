@@ -385,15 +385,17 @@ def _judge(
 
 
 def _describe(entry: dict[str, Any]) -> str:
-    what = f"{entry.get('action')} {entry.get('component')}"
+    """One progress line for a history event; a role (health-leader) names the replica that held it."""
+    name = entry.get("component", "")
+    if entry.get("process"):
+        name = f"{name} ({entry['process']})"
     if entry["event"] == "disrupted":
-        return f"+{entry['at_s']:.0f} s {what}" + (
-            f" for {entry['hold_s']:.0f} s" if entry["action"] == "pause" else ""
-        )
+        held = f" for {entry['hold_s']:.0f} s" if entry.get("hold_s") else ""
+        return f"+{entry['at_s']:.0f} s {entry['action']} {name}{held}"
     if entry["event"] == "recovered":
-        return f"  {entry['component']} back {entry['recovery_s']:.0f} s after the {entry['action']}"
+        return f"  {name} back {entry['recovery_s']:.0f} s after the {entry['action']}"
     if entry["event"] == "restored":
-        return f"  {entry['component']} restored"
+        return f"  {name} restored"
     if entry["event"] == "not_recovered":
-        return f"  {entry['component']} NOT back {entry['after_s']:.0f} s after the {entry['action']}"
-    return f"  skipped {what}: {entry.get('reason')}"
+        return f"  {name} NOT back {entry['after_s']:.0f} s after the {entry['action']}"
+    return f"  skipped {entry.get('action')} {name}: {entry.get('reason')}"
