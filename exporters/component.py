@@ -43,7 +43,8 @@ def node_entries(out: Path, twin_url: str, gpu_maps: Path) -> list[dict[str, Any
     names, from the sources each node lists in the twin's meta.json; each node's GPU map is written
     under ``gpu_maps``."""
     entries = []
-    for node in read_meta(out).get("nodes", []):
+    meta = read_meta(out)
+    for node in meta.get("nodes", []):
         sources = node.get("sources") if isinstance(node, dict) else None
         if not isinstance(sources, dict):
             continue  # a meta.json of an older twin: no sources listed
@@ -57,6 +58,10 @@ def node_entries(out: Path, twin_url: str, gpu_maps: Path) -> list[dict[str, Any
             "pcie_bandwidth_file": str(out / sources["pcie_bandwidth_file"]),
             "pcie_probe": "file",
         }
+        # the labels the twin's dcgm targets carry too, as a site's service discovery labels every
+        # per-node job alike: rules join the two on (cluster, node) (NodeDown: every exporter silent)
+        cluster = meta.get("cluster")
+        entry["target_labels"] = {"cluster": cluster} if isinstance(cluster, str) and cluster else {}
         if "agent_down_file" in sources:  # the twin plays a crashed host or a silent agent with it
             entry["unreachable_file"] = str(out / sources["agent_down_file"])
         gpus = [{k: gpu.get(k) for k in ("gpu", "pci_bdf", "uuid")} for gpu in node.get("gpus", [])]

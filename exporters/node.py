@@ -107,6 +107,11 @@ class NodeAgent:
 # serves every node cannot itself go away for one of them. The node's page is then a 503, as a scrape of
 # a dead host's agent fails.
 UNREACHABLE_KEY = "unreachable_file"
+# And labels for the node's target in /targets.json (a simulator's cluster and rack): the labels a site's
+# service discovery gives every per-node job alike (the health service's http_sd: cluster, node, unit),
+# so that rules joining this job with dcgm-exporter's on (cluster, node) find both.
+TARGET_LABELS_KEY = "target_labels"
+NOT_OPTIONS = (UNREACHABLE_KEY, TARGET_LABELS_KEY)
 
 
 class NodeSet:
@@ -171,7 +176,7 @@ class NodeSet:
         built: dict[str, NodeAgent] = {}
         try:
             for name in changed:
-                options = {k: v for k, v in wanted[name].items() if k != UNREACHABLE_KEY}
+                options = {k: v for k, v in wanted[name].items() if k not in NOT_OPTIONS}
                 built[name] = NodeAgent(self.make_options(options))
         except Exception:
             for agent in built.values():
@@ -215,6 +220,16 @@ def single_node_pages(agent: NodeAgent) -> Callable[[str], Page | None]:
     return page
 
 
+def target_labels(entry: dict) -> dict[str, str]:
+    """An entry's own labels for its target (TARGET_LABELS_KEY), string values only."""
+    labels = entry.get(TARGET_LABELS_KEY)
+    if not isinstance(labels, dict):
+        return {}
+    return {
+        str(k): str(v) for k, v in labels.items() if isinstance(v, str | int) and not str(k).startswith("__")
+    }
+
+
 def node_set_pages(nodes: NodeSet, address: str) -> Callable[[str], Page | None]:
     """``/nodes/<node>/metrics`` per node and an HTTP service-discovery document ``/targets.json``
     (each target carries ``node`` and ``__metrics_path__``) for Prometheus's ``http_sd_configs``."""
@@ -232,10 +247,12 @@ def node_set_pages(nodes: NodeSet, address: str) -> Callable[[str], Page | None]
                 )
             return metrics_page(agent.scrape())
         if path == "/targets.json":
+            agents = nodes.refresh()
             targets = [
-                {"targets": [address], "labels": {"node": n, "__metrics_path__": f"/nodes/{n}/metrics"}}
-                for n in sorted(nodes.refresh())
-            ]
+                {"targets": [address], "labels": {**target_labels(nodes.entries.get(n, {})), "node": n,
+                                                   "__metrics_path__": f"/nodes/{n}/metrics"}}
+                for n in sorted(agents)
+            ]  # fmt: skip
             return json_page(json.dumps(targets))
         if path == "/":
             links = "".join(f"<li><a href='/nodes/{n}/metrics'>{n}</a></li>" for n in sorted(nodes.refresh()))

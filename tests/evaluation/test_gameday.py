@@ -1,12 +1,12 @@
-"""A seeded game day on the real stack (`fleetsight gameday`, evaluation/gameday.py): the twin plays three
-hardware faults while 13 disruptions hit 13 kinds of FleetSight's own processes and links in 90 s
-(OpenSearch and Thanos Query paused, Prometheus A killed, the health pair's Lease server killed and then
-its leader, health-a's link to Prometheus cut, ...); real Prometheus pair, Alertmanager pair, Thanos,
-Kafka, OpenSearch, rsyslog, the health pair on a real kube-apiserver Lease and the services. Every
-invariant must hold: each fault's alert in Slack and acted on, no log line lost or doubled, no node drained
-without a fault, no health decision by a non-leader, every component back. The verdict's own checks (an
-invariant broken on purpose is caught) are tests/evaluation/test_gameday_verdict.py; bench/gameday.py runs
-the hour."""
+"""A seeded game day on the real stack (`fleetsight gameday`, evaluation/gameday.py): the twin plays four
+hardware faults (a host crash among them) while 13 disruptions hit 13 kinds of FleetSight's own
+processes and links in 90 s (OpenSearch and Thanos Query paused, Prometheus A killed, the health pair's
+Lease server killed and then its leader, health-a's link to Prometheus cut, ...); real Prometheus pair,
+Alertmanager pair, Thanos, Kafka, OpenSearch, rsyslog, the health pair on a real kube-apiserver Lease and
+the services. Every invariant must hold: each fault's alert in Slack and acted on, no log line lost or
+doubled, no node drained without a fault, no health decision by a non-leader, every component back. The
+verdict's own checks (an invariant broken on purpose is caught) are tests/evaluation/test_gameday_verdict.py;
+bench/gameday.py runs the hour."""
 
 from __future__ import annotations
 
@@ -53,10 +53,14 @@ def test_a_seeded_game_day_keeps_every_invariant() -> None:
     assert {d.action for d in planned} >= {"kill", "pause", "restart", "cut"}
 
     # Every fault of the scenario was due and made the whole journey; the log path carried the twin's lines.
-    assert len(report["journeys"]) == 3 and all(j["due"] for j in report["journeys"])
+    assert len(report["journeys"]) == 4 and all(j["due"] for j in report["journeys"])
+    crashed = next(j for j in report["journeys"] if j["kind"] == "host_crash")
+    assert crashed["slack_alert"] == "NodeDown", (
+        crashed
+    )  # every exporter of the host silent, joined by cluster
     assert all(j["slack_s"] is not None and j["acted_s"] is not None for j in report["journeys"])
     # The health decisions were read (each fault's state change at least) and each checked against the leader.
-    assert report["health_decisions"] >= 3
+    assert report["health_decisions"] >= 4
     assert report["logs"]["written"] > 100 and report["logs"]["indexed"] == report["logs"]["written"]
     recovered = sum(row["recovered"] for row in report["recovery"].values())
     process_disruptions = sum(1 for d in planned if d.kind != "link")

@@ -56,7 +56,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_one_process_serves_every_node_and_follows_the_file(trees, tmp_path):
     nodes_file = tmp_path / "nodes.json"
     down = tmp_path / "n0001.agent.down"  # a simulator's crashed host: the agent of n0001 gone
-    first = {**entry("n0001", trees["n0001"]), "unreachable_file": str(down)}
+    # a simulator's cluster and rack, labelled on the node's target as a site's discovery labels every job
+    labels = {"cluster": "sim", "rack": "r01", "__metrics_path__": "/not/this"}
+    first = {**entry("n0001", trees["n0001"]), "unreachable_file": str(down), "target_labels": labels}
     write_nodes_file(nodes_file, [first, entry("n0002", trees["n0002"])])
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -78,7 +80,12 @@ def test_one_process_serves_every_node_and_follows_the_file(trees, tmp_path):
     try:
         found = wait_until(targets, timeout=30, what="the agent's /targets.json")
         assert found == {"n0001": "/nodes/n0001/metrics", "n0002": "/nodes/n0002/metrics"}
-        assert httpx.get(f"{base}/targets.json").json()[0]["targets"] == [f"127.0.0.1:{port}"]
+        listed = httpx.get(f"{base}/targets.json").json()
+        assert listed[0]["targets"] == [f"127.0.0.1:{port}"]
+        assert [t["labels"] for t in listed] == [
+            {"cluster": "sim", "rack": "r01", "node": "n0001", "__metrics_path__": "/nodes/n0001/metrics"},
+            {"node": "n0002", "__metrics_path__": "/nodes/n0002/metrics"},
+        ]
         text = httpx.get(f"{base}/nodes/n0002/metrics").text
         assert value(text, "fleetsight_infiniband_port_up", node="n0002", device="mlx5_0") == 1
         assert value(text, "fleetsight_infiniband_port_up", node="n0001", device="mlx5_0") is None
@@ -156,9 +163,11 @@ def test_the_stack_runner_builds_the_nodes_file_from_the_twins_meta_json(tmp_pat
         {"name": "n0002", "sources": layout.node_sources("n0002")},
         {"name": "n0003"},
     ]
-    layout.meta_file(out).write_text(json.dumps({"nodes": nodes}))
+    layout.meta_file(out).write_text(json.dumps({"cluster": "demo", "nodes": nodes}))
     entries = node_entries(out, "http://127.0.0.1:19100", tmp_path / "gpus")
     assert [e["node"] for e in entries] == ["n0001", "n0002"]
+    # the labels the twin's dcgm targets carry: rules join the two jobs on (cluster, node)
+    assert [e["target_labels"] for e in entries] == [{"cluster": "demo"}, {"cluster": "demo"}]
     first = entries[0]
     assert first["sysfs_root"] == str(layout.sysfs_root(out, "n0001"))
     assert first["kmsg_file"] == str(layout.kernel_log(out, "n0001"))
