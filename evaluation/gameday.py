@@ -239,7 +239,7 @@ def observe(stack: GameDayStack, until: float, progress: Callable[[str], None]) 
             for item in nodes or []:
                 signals = [r["signal"] for r in item["reasons"] if "last_seen" not in r]
                 timelines.setdefault(item["node"], Timeline()).samples.append((now, item["state"], signals))
-            stack._light_checks(now)
+            stack.light_checks(now)
             if now - last_report >= 60:
                 last_report = now
                 progress(f"{until - now:.0f} s to go; {len(stack.faults())} faults so far")

@@ -207,11 +207,11 @@ class TwinStack:
                     timeline.samples.append((now, item["state"], signals))
                     for spot in item.get("blind_spots", []):
                         timeline.blind.setdefault(spot["signal"], now)
-                self._light_checks(now)
+                self.light_checks(now)
                 time.sleep(interval)
         return timelines, most_breaker_alerts
 
-    def _light_checks(self, now: float) -> None:
+    def light_checks(self, now: float) -> None:
         """Every LIGHT_EVERY_S, the light check on every node the twin has, as a node's timer runs it: the
         real runner and parser, the twin's stand-in for the tool (which answers "not found" where a
         check_tool_missing fault says so), the result posted to the checks service with its token."""
