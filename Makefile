@@ -13,10 +13,14 @@ up: bootstrap
 	@.venv/bin/fleetsight setup || echo "setup: some steps failed (see above); starting what can run"
 	@.venv/bin/fleetsight up
 
+# Two pytest workers: most tests wait on real-time windows (scrapes, `for:`, alert groups), so one worker
+# keeps a 2-core machine about a third busy. Tests sharing a server stay on one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
+
 test: bootstrap
 	@.venv/bin/fleetsight setup || echo "setup: some steps failed (see above); tests that need them will fail"
 	@.venv/bin/ruff check .
-	@.venv/bin/python -m pytest
+	@.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 down:
 	@.venv/bin/fleetsight down

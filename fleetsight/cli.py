@@ -140,8 +140,9 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
     """Install everything the stack and the tests need; a second run does nothing.
 
     Debian packages come from apt; Thanos is built from its Go module, Kafka and OpenSearch are
-    fetched from Maven Central into .cache/. A step that fails is reported with the reason and its
-    log, and the other steps still run. Exits 1 if any step failed.
+    fetched from Maven Central into .cache/. The Go builds run beside the other steps (they need the
+    CPUs, the others mostly the network), so steps may finish out of order. A step that fails is
+    reported with the reason and its log, and the other steps still run. Exits 1 if any step failed.
 
     \b
     Examples:
@@ -172,18 +173,27 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
         return
     started = time.monotonic()
     status_line = console.status("")
+    installing: dict[str, str] = {}  # the steps installing now (two lanes at once): name -> message
+
+    def show_installing() -> None:
+        if installing:
+            status_line.update("\n".join(installing.values()))
+            status_line.start()
+        else:
+            status_line.stop()
 
     def on_start(step: setup_mod.InstallStep, index: int, total: int) -> None:
         eta = f" (first time: {step.eta})" if step.eta else ""
         message = f"[{index}/{total}] installing {step.name}: {step.description}{eta}"
         if console.is_terminal:
-            status_line.update(message)
-            status_line.start()
+            installing[step.name] = message
+            show_installing()
         else:  # a log (CI): no spinner, so say what is running before a long silence
             console.print(message + " ...")
 
     def on_done(result: setup_mod.StepResult, index: int, total: int) -> None:
         status_line.stop()
+        installing.pop(result.step.name, None)
         name = result.step.name
         if result.outcome == "present":
             console.print(f"[{index}/{total}] {name}: {styled('present')}")
@@ -194,6 +204,7 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
             console.print(f"    needed by: {result.step.needed_by}; full log: {result.log}")
             for line in setup_mod.tail(result.log).splitlines():
                 console.print(f"    | {line}", markup=False, highlight=False)
+        show_installing()
 
     # SIGTERM unwinds like Ctrl-C, so that run_logged stops the install it is running.
     signal.signal(signal.SIGTERM, interrupt)

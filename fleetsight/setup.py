@@ -5,6 +5,11 @@ install action. Every step is declared by the component that needs it (``INSTALL
 ``component.py``, found by :mod:`fleetsight.registry`), Debian packages included (:func:`apt_step`); the
 core declares none. A step that fails is reported with its reason and the tail of its log, and the others
 still run.
+
+Steps run in lanes (:attr:`InstallStep.lane`): the Go builds in one, everything else in the other, both at
+once. A cold Go build keeps both cores busy for minutes, while the other steps mostly wait on downloads
+(apt, PyPI, Maven Central, npm), so on a fresh machine the downloads cost no wall time. Within a lane the
+declared order holds (kube-controller-manager reuses what kube-apiserver compiled).
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +44,11 @@ class InstallStep:
     """Installs, logging command output to the given file; raises InstallError or CalledProcessError."""
     eta: str = ""
     """How long a first install takes, shown while it runs."""
+    lane: str = "main"
+    """Steps of different lanes run at the same time; GO_LANE for builds that keep the CPUs busy."""
+
+
+GO_LANE = "go"
 
 
 class Installable(Protocol):
@@ -47,9 +59,13 @@ class Installable(Protocol):
     def install(self, settings: Settings, log: Path) -> None: ...
 
 
-def step_of(thing: Installable, name: str, description: str, needed_by: str, eta: str) -> InstallStep:
+def step_of(
+    thing: Installable, name: str, description: str, needed_by: str, eta: str, lane: str = "main"
+) -> InstallStep:
     """The `fleetsight setup` step that installs thing when it is missing or not the pinned one."""
-    return InstallStep(name, description, needed_by, check=thing.present, install=thing.install, eta=eta)
+    return InstallStep(
+        name, description, needed_by, check=thing.present, install=thing.install, eta=eta, lane=lane
+    )
 
 
 @dataclass
@@ -61,11 +77,25 @@ class StepResult:
     log: Path | None = None
 
 
+# process groups of the commands that steps run now, in any lane: an interrupted setup kills them all
+_running_groups: set[int] = set()
+_running_lock = threading.Lock()
+
+
+def stop_running_commands() -> None:
+    """Kill every command a step is running (their lanes then see them fail and stop)."""
+    with _running_lock:
+        groups = list(_running_groups)
+    for group in groups:
+        kill_group(group)
+
+
 def run_logged(command: Sequence[str | os.PathLike], log: Path, **kwargs: object) -> None:
     """Run a command, appending its output to log; raise InstallError naming the command on failure.
 
     The command runs in its own process group, and if setup is interrupted (Ctrl-C, SIGTERM) the whole
-    group is killed: an abandoned `go build` or `mvn` would otherwise go on for minutes on its own."""
+    group is killed: an abandoned `go build` or `mvn` would otherwise go on for minutes on its own. In a
+    lane's thread the interrupt reaches the main thread, which kills the group (stop_running_commands)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
         out.write(f"$ {' '.join(map(str, command))}\n")
@@ -74,12 +104,17 @@ def run_logged(command: Sequence[str | os.PathLike], log: Path, **kwargs: object
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             **kwargs,
         )  # type: ignore[call-overload]  # fmt: skip
+        with _running_lock:
+            _running_groups.add(process.pid)
         try:
             returncode = process.wait()
         except BaseException:
             kill_group(process.pid)
             process.wait()
             raise
+        finally:
+            with _running_lock:
+                _running_groups.discard(process.pid)
     if returncode != 0:
         raise InstallError(f"`{' '.join(map(str, command[:4]))} ...` exited with code {returncode}")
 
@@ -218,23 +253,57 @@ def run_steps(
     on_start: Callable[[InstallStep, int, int], None] = lambda s, i, n: None,
     on_done: Callable[[StepResult, int, int], None] = lambda r, i, n: None,
 ) -> list[StepResult]:
-    results: list[StepResult] = []
+    """Run the steps, each lane in a thread of its own; the results in the steps' order. The callbacks
+    are called one at a time (never from two lanes at once). Ctrl-C stops every lane: the running
+    commands are killed, no further step starts, and KeyboardInterrupt goes on to the caller."""
+    lanes: dict[str, list[tuple[int, InstallStep]]] = {}
     for index, step in enumerate(steps, 1):
-        started = time.monotonic()
-        if step.check(settings):
-            result = StepResult(step, "present", time.monotonic() - started)
-        else:
-            on_start(step, index, len(steps))
-            log = settings.cache_dir / "logs" / f"setup-{step.name}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text("")
-            try:
-                step.install(settings, log)
-                if not step.check(settings):
-                    raise InstallError("the install finished but the check still fails")
-                result = StepResult(step, "installed", time.monotonic() - started, log=log)
-            except (InstallError, subprocess.CalledProcessError, OSError) as exc:
-                result = StepResult(step, "failed", time.monotonic() - started, detail=str(exc), log=log)
-        results.append(result)
-        on_done(result, index, len(steps))
-    return results
+        lanes.setdefault(step.lane, []).append((index, step))
+    results: dict[int, StepResult] = {}
+    one_at_a_time = threading.Lock()
+    stopping = threading.Event()
+
+    def run_lane(lane: list[tuple[int, InstallStep]]) -> None:
+        for index, step in lane:
+            if stopping.is_set():
+                return
+
+            def started(step: InstallStep = step, index: int = index) -> None:
+                with one_at_a_time:
+                    on_start(step, index, len(steps))
+
+            result = run_step(settings, step, started)
+            if stopping.is_set():
+                return
+            results[index] = result
+            with one_at_a_time:
+                on_done(result, index, len(steps))
+
+    with ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="setup-lane") as pool:
+        futures = [pool.submit(run_lane, lane) for lane in lanes.values()]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            stopping.set()
+            stop_running_commands()
+            raise
+    return [results[index] for index in sorted(results)]
+
+
+def run_step(settings: Settings, step: InstallStep, started: Callable[[], None]) -> StepResult:
+    """Check one step and install it when missing; started() is called before an install begins."""
+    began = time.monotonic()
+    if step.check(settings):
+        return StepResult(step, "present", time.monotonic() - began)
+    started()
+    log = settings.cache_dir / "logs" / f"setup-{step.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    try:
+        step.install(settings, log)
+        if not step.check(settings):
+            raise InstallError("the install finished but the check still fails")
+        return StepResult(step, "installed", time.monotonic() - began, log=log)
+    except (InstallError, subprocess.CalledProcessError, OSError) as exc:
+        return StepResult(step, "failed", time.monotonic() - began, detail=str(exc), log=log)

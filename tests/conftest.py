@@ -35,3 +35,30 @@ def isolated_stack(tmp_path: Path) -> Iterator[StackEnv]:
     stack = StackEnv(run_dir, base, env)
     yield stack
     stack.cli("down", "--timeout", "20", check=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`), keep together the tests
+    that share a server: a module whose tests use a session fixture of a folder's conftest runs on the
+    worker that started it, with every other such module of that folder; any other module is a group of
+    its own, so that its module fixtures start once. Without xdist the groups change nothing."""
+    groups: dict[str, str] = {}
+    for item in items:
+        module = module_of(item)
+        groups[module] = min([groups.get(module, module), *shared_server_folders(item)])
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[module_of(item)]))
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def shared_server_folders(item: pytest.Item) -> list[str]:
+    """Where the session fixtures that the test uses are defined (a conftest's folder, or a module)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return [
+        definitions[-1].baseid
+        for definitions in (info.name2fixturedefs.values() if info else ())
+        if definitions and definitions[-1].scope == "session" and definitions[-1].baseid
+    ]

@@ -8,6 +8,8 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -19,7 +21,7 @@ from fleetsight import setup as setup_mod
 from fleetsight.cli import main
 from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.procs import kill_group, pid_alive
-from fleetsight.settings import REPO_ROOT
+from fleetsight.settings import REPO_ROOT, Settings
 from support import FLEETSIGHT, StackEnv, wait_until
 
 
@@ -192,3 +194,74 @@ def test_apt_steps_refresh_the_package_lists_once_per_setup(tmp_path: Path) -> N
     lines = calls.read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["update", "install", "install"], lines
     assert lines[1].endswith("pkg-a") and lines[2].endswith("pkg-b"), lines
+
+
+def lane_step(name: str, lane: str, install: Callable[[Settings, Path], None]) -> setup_mod.InstallStep:
+    """A step that is never present, so that it always installs."""
+    return setup_mod.InstallStep(name, name, "the test", check=lambda s: False, install=install, lane=lane)
+
+
+def test_the_go_lane_runs_beside_the_other_steps_and_each_lane_keeps_its_order(tmp_path: Path) -> None:
+    """A Go build and a download at once; within a lane, the declared order. The Go step waits for the
+    other lane's step to be running: run one after the other, it would wait in vain and fail."""
+    events: list[str] = []
+    download_running = threading.Event()
+
+    def download(_settings: object, _log: Path) -> None:
+        events.append("download")
+        download_running.set()
+
+    def go_build(_settings: object, _log: Path) -> None:
+        if not download_running.wait(timeout=30):
+            raise setup_mod.InstallError("the other lane never ran while this build did")
+        events.append("go build")
+
+    def then(name: str) -> Callable[[Settings, Path], None]:
+        return lambda _settings, _log: events.append(name)
+
+    steps = [
+        lane_step("go-1", setup_mod.GO_LANE, go_build),
+        lane_step("go-2", setup_mod.GO_LANE, then("go 2")),
+        lane_step("download", "main", download),
+        lane_step("after-download", "main", then("after download")),
+    ]
+    settings = Settings(cache_dir=tmp_path)
+    results = setup_mod.run_steps(settings, steps)
+    assert [(r.step.name, r.outcome) for r in results] == [(s.name, "failed") for s in steps]
+    # "failed" only because the check stays false after installing; the lanes ran:
+    assert all("check still fails" in r.detail for r in results), [r.detail for r in results]
+    assert events.index("go build") < events.index("go 2")
+    assert events.index("download") < events.index("after download")
+
+
+def test_an_interrupted_setup_stops_the_commands_of_every_lane(tmp_path: Path) -> None:
+    """Ctrl-C while a Go build and a download both run: neither command is left running."""
+    pid_files = {lane: tmp_path / f"{lane}.pid" for lane in ("go", "main")}
+    script = "\n".join(
+        [
+            "from pathlib import Path",
+            "from fleetsight import setup as s",
+            "def sleeper(pid_file):",
+            "    return lambda settings, log: s.run_logged(",
+            "        ['sh', '-c', f'echo $$ > {pid_file}; exec sleep 600'], log)",
+            "steps = [s.InstallStep(lane, lane, 'test', check=lambda _: False,",
+            f"         install=sleeper(Path('{tmp_path}') / f'{{lane}}.pid'), lane=lane)",
+            "         for lane in ('go', 'main')]",
+            f"s.run_steps(s.Settings(cache_dir=Path('{tmp_path}')), steps)",
+        ]
+    )
+    setup_process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    children = [
+        int(wait_until(lambda f=f: f.exists() and f.read_text().strip(), what=f"{f.stem} lane's command"))
+        for f in pid_files.values()
+    ]
+    assert all(pid_alive(child) for child in children)
+    setup_process.send_signal(signal.SIGINT)
+    assert setup_process.wait(timeout=30) != 0
+    for child in children:
+        wait_until(lambda c=child: not pid_alive(c), timeout=10, what="every lane's command to be stopped")
