@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fleetsight.webconfig import run_server
 
 
 class SlackAttachment(BaseModel):
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     host, port = args.listen.rsplit(":", 1)
     print(f"event=listening address={args.listen} record={args.record}", flush=True)
-    uvicorn.run(make_app(args.record), host=host, port=int(port), log_level="warning", access_log=False)
+    run_server(make_app(args.record), host, int(port))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import click
 
 from fleetsight import durations
 from fleetsight.logs import setup_logging
-from fleetsight.webconfig import uvicorn_tls, web_config_option
+from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
 from .jobs import DEFAULT_POD_LABEL_KEYS, pod_label_keys
 
@@ -120,8 +120,6 @@ def serve(
       fleetsight anomaly serve --prometheus-url http://thanos-query:10902 --token-reads \\
           --web.config.file /etc/fleetsight/web-config.yml    # TLS; Prometheus scrapes with a read token
     """
-    import uvicorn
-
     from fleetsight import auth
 
     from .service import AnomalyService, ServiceConfig, create_app
@@ -133,9 +131,7 @@ def serve(
         raise click.ClickException(str(exc)) from None
     if not open_reads and not guard.tokens:
         raise click.UsageError("--token-reads needs at least one token (FLEETSIGHT_ANOMALY_TOKENS)")
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit():
-        raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    host, port = listen_address(listen)
     if interval <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
     tls = uvicorn_tls(web_config_file)
@@ -160,15 +156,7 @@ def serve(
             }
         )
     )
-    uvicorn.run(
-        create_app(service, guard=guard),
-        host=host or "127.0.0.1",
-        port=int(port),
-        log_level="warning",
-        timeout_keep_alive=5,
-        limit_concurrency=256,  # past that, 503 instead of an unbounded queue
-        **tls,
-    )
+    run_server(create_app(service, guard=guard), host, port, tls, limit_concurrency=256)
 
 
 def parse_when(value: str, now: float, hint: str) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from fleetsight.webconfig import uvicorn_tls, web_config_option
+from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
 from .access import ASK, DEFAULT_ASK_TIMEOUT_S, DEFAULT_RATE, RATE_ENV, Access, AccessError
 from .answer import FUSIONS, MODES, Answerer
@@ -122,14 +122,11 @@ def serve(
     """
     from . import slack
     from .service import create_app
-    from .service import serve as run
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="ts=%(asctime)s level=%(levelname)s %(message)s"
     )
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"{listen!r}: use HOST:PORT, e.g. 127.0.0.1:19142", param_hint="--listen")
+    host, port = listen_address(listen)
     try:
         access = Access.from_env(open_reads, open_asks, rate_limit, ask_timeout)
     except AccessError as exc:
@@ -155,7 +152,7 @@ def serve(
         f"{'https' if tls else 'http'}://{host}:{port}/ (API docs /docs)",
         err=True,
     )
-    run(app, host, int(port), tls)
+    run_server(app, host, port, tls, limit_concurrency=64)
 
 
 @cli.command(name="evaluate")

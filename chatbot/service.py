@@ -260,15 +260,3 @@ def create_app(
         return JSONResponse(slack.message(answer(question), public_url))
 
     return app
-
-
-def serve(app: FastAPI, host: str, port: int, tls: dict[str, Any] | None = None) -> None:
-    """``tls``: fleetsight.webconfig.uvicorn_tls's arguments (--web.config.file), or plain HTTP."""
-    import uvicorn
-
-    # Idle connections are closed after 5 s, and past 64 requests at once the server answers 503
-    # instead of queueing without bound.
-    uvicorn.run(
-        app, host=host, port=port, log_level="warning", timeout_keep_alive=5, limit_concurrency=64,
-        **(tls or {}),
-    )  # fmt: skip

@@ -16,7 +16,7 @@ import yaml
 
 from fleetsight.logs import setup_logging
 from fleetsight.secrets import SecretFileError, read_secret_file
-from fleetsight.webconfig import uvicorn_tls, web_config_option
+from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
 from . import runner
 from .catalog import CATALOG_FILE, CatalogError, catalog_table, load_catalog
@@ -261,8 +261,6 @@ def serve_command(
       fleetsight checks serve --listen 0.0.0.0:9443 --state-dir /var/lib/fleetsight/checks \\
           --web.config.file /etc/fleetsight/web-config.yml    # TLS, as the other services
     """
-    import uvicorn
-
     from fleetsight import auth
 
     from .service import RESULTS, SCOPES, TOKENS_PREFIX, ResultStore, create_app, load_policy, validate_policy
@@ -304,14 +302,7 @@ def serve_command(
     tls = uvicorn_tls(web_config_file)  # a bad file stops here, before anything is written
     state_dir.mkdir(parents=True, exist_ok=True)
     store = ResultStore(catalog, state_dir / "results.json")
-    host, _, port = listen.rpartition(":")
-    uvicorn.run(
-        create_app(store, policy, cluster, guard),
-        host=host or "127.0.0.1",
-        port=int(port),
-        log_level="warning",
-        **tls,
-    )
+    run_server(create_app(store, policy, cluster, guard), *listen_address(listen), tls)
 
 
 @cli.command("slurm-cycle")

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from fleetsight.settings import Settings
+from fleetsight.webconfig import listen_address, run_server
 
 from . import build, catalog, verify
 
@@ -177,16 +178,9 @@ def serve_command(
     from .viewer.app import Sources, create_app
 
     settings = Settings()
-    host, _, port = (listen or f"{settings.host}:{settings.port('dashboards')}").rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"expected HOST:PORT, got {listen!r}", param_hint="--listen")
+    host, port = listen_address(listen or f"{settings.host}:{settings.port('dashboards')}")
     charts = echarts_file(settings)
     if not charts.is_file():
         raise click.ClickException(f"{charts} is missing: run `fleetsight setup --only echarts`")
     sources = Sources(prometheus_url or settings.url("thanos_query"), logs_url, chat_url)
-    import uvicorn
-
-    app = create_app(sources, charts)
-    uvicorn.run(
-        app, host=host, port=int(port), log_level="warning", timeout_keep_alive=5, limit_concurrency=64
-    )
+    run_server(create_app(sources, charts), host, port, limit_concurrency=64)

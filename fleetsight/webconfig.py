@@ -1,7 +1,7 @@
 """The web configuration of FleetSight's HTTP endpoints, in exporter-toolkit's file format (what
 node_exporter and dcgm-exporter read with ``--web.config.file``): TLS for the endpoint, and (exporters
 only) basic auth with bcrypt hashes. The exporters serve it with their own HTTP server; the services
-(health, anomaly, chatbot) through uvicorn (``uvicorn_tls``).
+(health, anomaly, chatbot, checks, dashboards) through uvicorn (``uvicorn_tls``, ``serve``).
 
     tls_server_config:
       cert_file: /etc/fleetsight/tls/node.crt
@@ -190,3 +190,30 @@ def uvicorn_tls(path: str | Path | None) -> dict[str, Any]:
         raise click.ClickException(f"--web.config.file {path}: tls_server_config is required (a service's "
                                    "web configuration carries only TLS)")  # fmt: skip
     return {"ssl_context_factory": lambda _config, _default: context}
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """A service's ``--listen HOST:PORT`` as (host, port); ``:PORT`` means loopback. A bad value is a
+    usage error naming the option."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(
+            f"expected HOST:PORT (e.g. 127.0.0.1:19142), got {listen!r}", param_hint="--listen"
+        )
+    return host or "127.0.0.1", int(port)
+
+
+def run_server(
+    app: Any, host: str, port: int, tls: dict[str, Any] | None = None, limit_concurrency: int | None = None
+) -> None:
+    """Run a service's ASGI app until the process is stopped. ``tls``: :func:`uvicorn_tls`'s arguments,
+    or plain HTTP. No access lines (each service logs its own events, and an access line per scrape
+    would drown them); idle keep-alive connections closed after 5 s; past ``limit_concurrency``
+    requests at once the answer is 503 rather than an unbounded queue (None: no limit, for a service
+    whose callers must not be refused, such as the scheduler asking the health service)."""
+    import uvicorn  # late: the exporters import this module and never serve through uvicorn
+
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=5,
+        limit_concurrency=limit_concurrency, **(tls or {}),
+    )  # fmt: skip

@@ -317,10 +317,3 @@ def add_fleet_reads(app: FastAPI, service: Service, require: Require) -> None:
 def young_interval(checkpoint_s: float, mtbf_s: float) -> float:
     """Young's optimal checkpoint interval, sqrt(2 D M)."""
     return math.sqrt(2.0 * checkpoint_s * mtbf_s)
-
-
-def serve_app(app: FastAPI, host: str, port: int, tls: dict[str, Any] | None = None) -> None:
-    """``tls``: fleetsight.webconfig.uvicorn_tls's arguments (--web.config.file), or plain HTTP."""
-    import uvicorn
-
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, **(tls or {}))

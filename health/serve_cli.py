@@ -22,7 +22,7 @@ import click
 from fleetsight.logs import setup_logging
 from fleetsight.secrets import read_secret_file
 from fleetsight.settings import Settings
-from fleetsight.webconfig import uvicorn_tls, web_config_option
+from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
 from . import statelock
 from .cli_common import CONTEXT
@@ -159,7 +159,7 @@ def serve(
           (then Prometheus: http_sd_configs: [{url: http://HOST:9441/v1/targets/dcgm}])
       fleetsight health serve --listen 0.0.0.0:9441 --web.config.file /etc/fleetsight/web-config.yml
     """
-    from .api import create_app, load_tokens, serve_app
+    from .api import create_app, load_tokens
     from .discovery import parse_ports
     from .service import HealthService
     from .sources import Sources
@@ -173,7 +173,7 @@ def serve(
         raise click.ClickException(str(exc)) from exc
     tls = uvicorn_tls(web_config_file)
     settings = Settings()
-    host, _, port = (listen or f"127.0.0.1:{settings.port('health')}").rpartition(":")
+    host, port = listen_address(listen or f"127.0.0.1:{settings.port('health')}")
     source_class, source_extra = Sources, {}
     if kubernetes_nodes:
         from .kubernetes import KubernetesError, KubernetesSources, connect
@@ -225,7 +225,7 @@ def serve(
         "event=listening address=%s:%s tokens=%d tls=%s", host, port, len(tokens), bool(tls)
     )
     try:
-        serve_app(create_app(service), host or "127.0.0.1", int(port), tls)
+        run_server(create_app(service), host, port, tls)  # no limit: the scheduler must not get 503
     finally:
         service.stop()
 

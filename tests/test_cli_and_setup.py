@@ -22,6 +22,7 @@ from fleetsight.cli import main
 from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.procs import kill_group, pid_alive
 from fleetsight.settings import REPO_ROOT, Settings
+from fleetsight.webconfig import listen_address
 from support import FLEETSIGHT, StackEnv, wait_until
 
 
@@ -265,3 +266,14 @@ def test_an_interrupted_setup_stops_the_commands_of_every_lane(tmp_path: Path) -
     assert setup_process.wait(timeout=30) != 0
     for child in children:
         wait_until(lambda c=child: not pid_alive(c), timeout=10, what="every lane's command to be stopped")
+
+
+def test_a_bad_listen_address_is_a_usage_error_naming_the_option() -> None:
+    """Every service parses --listen with one function (fleetsight.webconfig.listen_address)."""
+    for bad in ["nope", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:0", "host:port"]:
+        with pytest.raises(click.BadParameter, match="HOST:PORT"):
+            listen_address(bad)
+    assert listen_address(":9140") == ("127.0.0.1", 9140)
+    assert listen_address("0.0.0.0:8080") == ("0.0.0.0", 8080)
+    result = CliRunner().invoke(main, ["dashboards", "serve", "--listen", "nope"])
+    assert result.exit_code == 2 and "--listen" in result.output and "nope" in result.output, result.output
