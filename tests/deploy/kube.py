@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from fleetsight.settings import Settings
+from health.lease_server import Layout, apiserver_command, etcd_command, prepare
 from support import REPO_ROOT, Process, free_port, wait_until
 
 CHART = REPO_ROOT / "deploy" / "helm" / "fleetsight"
@@ -29,7 +30,6 @@ RELEASE = "fs"
 GPU_NODES = ["gpu-a", "gpu-b"]
 CPU_NODES = ["cpu-a"]
 
-ADMIN_TOKEN = "fleetsight-test-admin-7c1d"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 TOOLS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "helm")
 CONTROLLERS = (
@@ -73,6 +73,7 @@ def kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> Path
 class Cluster:
     folder: Path
     server: str = ""
+    admin_token: str = ""
     ca: Path = Path()
     admin_kubeconfig: Path = Path()
     processes: list[Process] = field(default_factory=list)
@@ -80,52 +81,18 @@ class Cluster:
 
     # -------------------------------------------------------------- start and stop
     def start(self) -> None:
-        etcd_binary = shutil.which("etcd")
-        if etcd_binary is None:
+        """etcd and kube-apiserver as the health pair's Lease server starts them (health/lease_server.py:
+        the same flags, token file and service-account keys), then the controllers and kwok."""
+        if shutil.which("etcd") is None:
             pytest.fail("etcd is not installed: run `fleetsight setup` (step etcd)")
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{etcd_port}"
-        etcd = self.spawn(
-            "etcd",
-            [
-                etcd_binary,
-                f"--data-dir={self.folder / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
-                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
-                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
-                "--log-level=warn",
-            ],
-        )
-        etcd.wait_ready(f"{etcd_url}/health")
-        key, pub = self.folder / "sa.key", self.folder / "sa.pub"
-        subprocess.run(["openssl", "genrsa", "-out", key, "2048"], check=True, capture_output=True)
-        subprocess.run(
-            ["openssl", "rsa", "-in", key, "-pubout", "-out", pub], check=True, capture_output=True
-        )
-        (self.folder / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
-        certs = self.folder / "certs"
+        layout = Layout(self.folder)
+        etcd = self.spawn("etcd", etcd_command(layout, etcd_port, peer_port))
+        etcd.wait_ready(f"http://127.0.0.1:{etcd_port}/health")
+        self.admin_token, _ = prepare(layout)
+        certs = layout.certs
         self.server = f"https://127.0.0.1:{api_port}"
-        self.spawn(
-            "kube-apiserver",
-            [
-                tool("kube-apiserver"),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={api_port}",
-                f"--cert-dir={certs}",
-                f"--token-auth-file={self.folder / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                "--anonymous-auth=false",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={pub}",
-                f"--service-account-signing-key-file={key}",
-                "--service-cluster-ip-range=10.96.0.0/16",
-                "--profiling=false",
-            ],
-        )
+        self.spawn("kube-apiserver", apiserver_command(tool("kube-apiserver"), layout, api_port, etcd_port))
         self.ca = certs / "apiserver.crt"
         wait_until(
             lambda: self.ca.exists() and b"END CERTIFICATE" in self.ca.read_bytes(),
@@ -134,15 +101,15 @@ class Cluster:
         )
         self.client = httpx.Client(
             base_url=self.server,
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            headers={"Authorization": f"Bearer {self.admin_token}"},
             verify=ssl.create_default_context(cafile=str(self.ca)),
             timeout=10,
         )
         wait_until(self.ready, timeout=90, what="kube-apiserver /readyz")
         self.admin_kubeconfig = kubeconfig(
-            self.folder / "admin.kubeconfig", self.server, self.ca, ADMIN_TOKEN, "admin"
+            self.folder / "admin.kubeconfig", self.server, self.ca, self.admin_token, "admin"
         )
-        self.start_controllers(key)
+        self.start_controllers(layout.folder / "sa.key")  # the key prepare() made
 
     def start_controllers(self, key: Path) -> None:
         admin = str(self.admin_kubeconfig)
