@@ -299,10 +299,11 @@ def serve_command(
         validate_policy(policy, catalog)
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    tls = uvicorn_tls(web_config_file)  # a bad file stops here, before anything is written
+    host, port = listen_address(listen)  # a bad address or file stops here, before anything is written
+    tls = uvicorn_tls(web_config_file)
     state_dir.mkdir(parents=True, exist_ok=True)
     store = ResultStore(catalog, state_dir / "results.json")
-    run_server(create_app(store, policy, cluster, guard), *listen_address(listen), tls)
+    run_server(create_app(store, policy, cluster, guard), host, port, tls)
 
 
 @cli.command("slurm-cycle")

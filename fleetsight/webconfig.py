@@ -1,7 +1,7 @@
 """The web configuration of FleetSight's HTTP endpoints, in exporter-toolkit's file format (what
 node_exporter and dcgm-exporter read with ``--web.config.file``): TLS for the endpoint, and (exporters
 only) basic auth with bcrypt hashes. The exporters serve it with their own HTTP server; the services
-(health, anomaly, chatbot, checks, dashboards) through uvicorn (``uvicorn_tls``, ``serve``).
+(health, anomaly, chatbot, checks, dashboards) through uvicorn (``uvicorn_tls``, ``run_server``).
 
     tls_server_config:
       cert_file: /etc/fleetsight/tls/node.crt
