@@ -68,10 +68,9 @@ SAMPLE_S = 2.0
 STATUS_TIMEOUT_S = 2.0  # a paused replica must not hold the sampling up for long
 # the health service's replicas in this stack: component -> its identity in the election
 HEALTH_REPLICAS = {"health": "health-a", "health-b": "health-b"}
-_STATE_CHANGE = re.compile(
-    r"^ts=(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*event=state_change node=(\S+) from=(\S+) to=(\S+)"
-    r" reasons=(\S*)"
-)
+_LOG_TIME = re.compile(r"^ts=(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) ")
+_STATE_CHANGE = re.compile(r"event=state_change node=(\S+) from=(\S+) to=(\S+) reasons=(\S*)")
+_LEADERSHIP = re.compile(r"event=leader_(acquired|lost)\b")
 LEDGER_TIMEOUT_S = 300.0
 FIRING_STEP_S = 5
 
@@ -251,16 +250,40 @@ def decisions(settings: Settings) -> list[dict[str, Any]]:
     """Every state change each health replica logged (``event=state_change``), with the replica that
     logged it (by its log file: a follower that decides shows in its own log) and the log line's time."""
     found = []
+    for identity, at, match in _replica_log_lines(settings, _STATE_CHANGE):
+        node, before, after, reasons = match.groups()
+        found.append(
+            {"t": at, "replica": identity, "what": f"{node} {before} -> {after} ({reasons or 'no reason'})"}
+        )
+    return found
+
+
+def own_leadership(settings: Settings) -> list[tuple[float, str, str]]:
+    """Each replica's own account of its role changes (``event=leader_acquired`` / ``leader_lost``), as
+    (time, replica, role): what the verdict falls back on for a decision no role sample was near (one
+    made while the stack was starting, before the watch began)."""
+    return [
+        (at, identity, "leader" if match.group(1) == "acquired" else "follower")
+        for identity, at, match in _replica_log_lines(settings, _LEADERSHIP)
+    ]
+
+
+def _replica_log_lines(
+    settings: Settings, pattern: re.Pattern[str]
+) -> list[tuple[str, float, re.Match[str]]]:
+    """(replica identity, the line's time, the match past the time stamp) for each line of each health
+    replica's log that ``pattern`` matches."""
+    found = []
     for name, identity in HEALTH_REPLICAS.items():
         path = settings.log_file(name)
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
         for line in lines:
-            match = _STATE_CHANGE.search(line)
-            if match:
-                stamp, millis, node, before, after, reasons = match.groups()
+            stamped = _LOG_TIME.match(line)
+            match = pattern.search(line, stamped.end()) if stamped else None
+            if stamped and match:
+                stamp, millis = stamped.groups()
                 at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
-                what = f"{node} {before} -> {after} ({reasons or 'no reason'})"
-                found.append({"t": at, "replica": identity, "what": what})
+                found.append((identity, at, match))
     return found
 
 
@@ -380,8 +403,9 @@ def _judge(
     rows = journeys(faults, alerts, firings, seen.timelines, watched_until, options.alert_allowance_s)
     wrong_nodes = wrongly_out_of_service(faults, seen.timelines)
     made = decisions(stack.settings)
-    wrong_writes = non_leader_writes(made, seen.leadership)
-    return judge(rows, ledger, wrong_nodes, list(history.events), wrong_writes, len(made))
+    wrong_writes = non_leader_writes(made, seen.leadership, own_leadership(stack.settings))
+    by_own_log = sum(1 for decision in made if decision.get("judged_by") == "own log")
+    return judge(rows, ledger, wrong_nodes, list(history.events), wrong_writes, len(made), by_own_log)
 
 
 def _describe(entry: dict[str, Any]) -> str:

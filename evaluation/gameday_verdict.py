@@ -127,19 +127,33 @@ def wrongly_out_of_service(faults: list[Fault], timelines: dict[str, Timeline]) 
 
 
 def non_leader_writes(
-    decisions: list[dict[str, Any]], leadership: list[tuple[float, str, str]]
+    decisions: list[dict[str, Any]],
+    leadership: list[tuple[float, str, str]],
+    own_log: list[tuple[float, str, str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Decisions (``{"t", "replica", ...}``) whose replica was not the leader when it made them, by the
-    role samples (wall time, replica, role). A decision within LEADER_GRACE_S of a sample that showed its
-    replica leading is accepted (the Lease may change hands between two samples)."""
-    leading: dict[str, list[float]] = defaultdict(list)
+    """Decisions (``{"t", "replica", ...}``) whose replica was not the leader when it made them.
+
+    Judged by the role samples (wall time, replica, role; "down" when it did not answer, which is no
+    evidence either way) where one of the replica's answers lies within LEADER_GRACE_S of the decision:
+    one that showed it leading clears it (the Lease may change hands between two samples). A decision
+    no answer was near (made before the watch began, or in a gap while
+    the machine was loaded) is judged by ``own_log``, the replica's own role changes: its last change
+    before the decision must be to leader. Such a decision is marked ``judged_by: "own log"``."""
+    sampled: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for t, replica, role in leadership:
-        if role == "leader":
-            leading[replica].append(t)
+        if role != "down":  # no answer (paused, or slow on a loaded machine) says nothing of its role
+            sampled[replica].append((t, role))
     wrong = []
     for decision in decisions:
-        times = leading.get(decision.get("replica", ""), [])
-        if not any(abs(t - decision["t"]) <= LEADER_GRACE_S for t in times):
+        replica, at = decision.get("replica", ""), decision["t"]
+        near = [role for t, role in sampled.get(replica, []) if abs(t - at) <= LEADER_GRACE_S]
+        if near:
+            leading = "leader" in near
+        else:
+            decision["judged_by"] = "own log"
+            said = [(t, role) for t, who, role in own_log or [] if who == replica and t <= at]
+            leading = bool(said) and max(said, key=lambda change: change[0])[1] == "leader"
+        if not leading:
             wrong.append(decision)
     return wrong
 
@@ -187,9 +201,11 @@ def judge(
     events: list[dict[str, Any]],
     wrong_writes: list[dict[str, Any]] | None,
     decisions_checked: int = 0,
+    by_own_log: int = 0,
 ) -> Verdict:
     """The invariants over a game day's history. ``ledger`` None: the log path was not part of the game
-    day; ``wrong_writes`` None: one health replica, no leader to check."""
+    day; ``wrong_writes`` None: one health replica, no leader to check;
+    ``by_own_log``: how many decisions were judged by a replica's own leadership log (no role sample near)."""
     verdict = Verdict(rows, recovery=recovery_by_kind(events))
     disrupted = [e for e in events if e["event"] == "disrupted"]
     verdict.disruptions, verdict.kinds = len(disrupted), len({e["kind"] for e in disrupted})
@@ -227,9 +243,10 @@ def judge(
         detail = "; ".join(
             f"{w.get('replica') or '?'}: {w.get('what', 'a decision')}" for w in wrong_writes[:5]
         )
-        add(
-            ("no health decision by a non-leader", not wrong_writes, detail or f"none of {decisions_checked}")
-        )
+        checked = f"none of {decisions_checked}"
+        if by_own_log:
+            checked += f" ({by_own_log} with no role sample near: by the replica's own leadership log)"
+        add(("no health decision by a non-leader", not wrong_writes, detail or checked))
         verdict.decisions = decisions_checked
     return verdict
 

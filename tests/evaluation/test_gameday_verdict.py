@@ -160,3 +160,24 @@ def test_a_fault_too_recent_for_its_alert_is_not_yet_due() -> None:
     (row,) = journeys([psu_fault("n0002", T0)], [], {}, {}, T0 + 100, allowance_s=120)
     assert isinstance(row, Journey) and not row.due
     assert broken_names(rows=[row]) == []
+
+
+def test_a_decision_no_role_answer_was_near_is_judged_by_the_replicas_own_leadership_log() -> None:
+    # The stack decides while it is still starting (the twin's faults begin before the watch), and a
+    # replica too slow to answer its status is "down", which says nothing of its role.
+    roles = [(T0 + 30, "health-a", "down"), (T0 + 60, "health-a", "leader")]
+    own_log = [
+        (T0 - 20, "health-a", "leader"),
+        (T0 - 10, "health-b", "leader"),
+        (T0 - 9, "health-b", "follower"),
+    ]
+    early = [{"t": T0, "replica": "health-a", "what": "n0005 draining"}]
+    assert non_leader_writes(early, roles, own_log) == []
+    assert early[0]["judged_by"] == "own log"
+    day = healthy_day()
+    verdict = judge(day["rows"], day["ledger"], day["wrong_nodes"], day["events"], [], 1, by_own_log=1)
+    assert verdict.holds and "1 with no role sample near" in verdict.invariants[-1][2]
+    # ... and that log convicts a replica that had lost the Lease, or never held it.
+    by_b = [{"t": T0 + 30, "replica": "health-b", "what": "n0002 drained"}]
+    assert [w["replica"] for w in non_leader_writes(by_b, roles, own_log)] == ["health-b"]
+    assert non_leader_writes([{"t": T0 + 30, "replica": "health-c"}], roles, own_log) != []
