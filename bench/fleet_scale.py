@@ -281,7 +281,7 @@ class Stack:
 
     def config(self, index: int, own_port: int) -> dict[str, Any]:
         production = yaml.safe_load(PRODUCTION_CONFIG.read_text())
-        production["global"]["external_labels"]["replica"] = "A"
+        production["global"]["external_labels"].update(cluster="fleet-scale", replica="A")
         config = shard_config(production, self.shards, index, self.rule_files)
         config.pop("alerting", None)  # no Alertmanager in the bench: alerts are evaluated, not sent
         jobs = []

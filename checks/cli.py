@@ -208,7 +208,13 @@ def pair_command(**options: Any) -> None:
 @cli.command("serve")
 @click.option("--listen", default="127.0.0.1:9443", show_default=True)
 @click.option("--state-dir", type=click.Path(path_type=Path), required=True)
-@click.option("--cluster", default="default", show_default=True)
+@click.option(
+    "--cluster",
+    envvar="FLEETSIGHT_CLUSTER",
+    default="default",
+    show_default=True,
+    help="The cluster's name (as Prometheus's external label `cluster`), on every result metric.",
+)
 @click.option("--policy", "policy_file", type=click.Path(path_type=Path), default=POLICY_FILE)
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
 @click.option(

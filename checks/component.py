@@ -41,7 +41,7 @@ def command(settings: Settings) -> list[str]:
         "--state-dir",
         str(settings.data_dir("checks")),
         "--cluster",
-        "demo",
+        settings.cluster,
         "--results-token-file",
         str(token_file(settings)),
     )

@@ -26,6 +26,7 @@ from fleetsight.settings import Settings
 from fleetsight.supervisor import Supervisor
 from health.component import events_token_file, serve_command
 from health.policy import parse_duration
+from twin.scenario import load as scenario_load
 from twin.truth import Fault, load_faults
 
 AROUND_THE_TWIN = (
@@ -72,7 +73,10 @@ class TwinStack:
         self.policy = policy.resolve()
         self.speed = speed
         self.port_base = port_base
-        self.settings = Settings(run_dir=self.folder / "run", port_base=port_base)
+        # the stack's one cluster name is the scenario's: the twin's targets, Prometheus's external label,
+        # the health records and the log documents all carry it
+        cluster = scenario_load(self.scenario).cluster.name
+        self.settings = Settings(run_dir=self.folder / "run", port_base=port_base, cluster=cluster)
         self.truth = self.folder / "truth.jsonl"
         self.supervisor: Supervisor | None = None
         self.light_ran = float("-inf")
@@ -100,6 +104,7 @@ class TwinStack:
         local = {
             "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
             "FLEETSIGHT_PORT_BASE": str(self.port_base),
+            "FLEETSIGHT_CLUSTER": self.settings.cluster,
         }
         env = component.env
         return dataclasses.replace(component, env=lambda s: {**env(s), **local}, **changes)
@@ -119,6 +124,8 @@ class TwinStack:
             self.speed,
             "--listen",
             f"127.0.0.1:{settings.port('twin')}",
+            "--cluster-name",
+            settings.cluster,
         )
 
     def _health_command(self, settings: Settings) -> list[str]:
@@ -140,7 +147,7 @@ class TwinStack:
             f"127.0.0.1:{settings.port(port)}",
             settings.data_dir(state),
             policy=self.policy,
-            cluster="twin",
+            cluster=settings.cluster,
             alertmanagers=alertmanagers,
             prometheus=prometheus or settings.url("prometheus"),
             scheduler=settings.url("twin", "/slurm/v0.0.40"),

@@ -116,6 +116,14 @@ def missing_extra(module: str, hints: set[str] | frozenset[str] = frozenset()) -
     return f"this command needs {module!r}, which is not installed: {choices}"
 
 
+def stack_settings() -> Settings:
+    """The stack's settings from the environment; a bad value is a usage error, not a traceback."""
+    try:
+        return Settings()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fleetsight")
 def main() -> None:
@@ -129,7 +137,8 @@ def main() -> None:
       fleetsight down       stop everything
 
     Paths and ports: FLEETSIGHT_RUN_DIR (default ./run), FLEETSIGHT_CACHE_DIR (default ./.cache),
-    FLEETSIGHT_PORT_BASE (default 19000; Prometheus listens on base+90).
+    FLEETSIGHT_PORT_BASE (default 19000; Prometheus listens on base+90). The cluster's one name:
+    FLEETSIGHT_CLUSTER (default demo), on every target, alert, health record and log document.
     """
 
 
@@ -150,7 +159,7 @@ def setup(only: tuple[str, ...], list_only: bool) -> None:
       fleetsight setup --list           what is installed, what is not
       fleetsight setup --only thanos    (re)check one step
     """
-    settings = Settings()
+    settings = stack_settings()
     steps = setup_mod.load_steps()
     if only:
         unknown = set(only) - {s.name for s in steps}
@@ -276,7 +285,7 @@ def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
       fleetsight up prometheus               Prometheus and what it depends on
       FLEETSIGHT_PORT_BASE=29000 fleetsight up   a second stack beside the first
     """
-    settings = Settings()
+    settings = stack_settings()
     try:
         with Live(render_rows([], "starting..."), console=console, transient=True) as live:
             rows = stack.up(
@@ -314,7 +323,7 @@ def status() -> None:
       fleetsight status
       FLEETSIGHT_RUN_DIR=/tmp/stack2 fleetsight status    a second stack's state
     """
-    settings = Settings()
+    settings = stack_settings()
     running, rows = stack.status(settings)
     if not rows:
         console.print(f"no stack has run from {settings.run_dir}; start one with `fleetsight up`")
@@ -345,7 +354,7 @@ def down(timeout: float | None) -> None:
       fleetsight down
       fleetsight down --timeout 10     give up on a hung supervisor sooner
     """
-    settings = Settings()
+    settings = stack_settings()
     if stack.supervisor_pid(settings) is None and not stack.rows_from_state(settings):
         console.print("nothing is running.")
         return

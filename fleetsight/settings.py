@@ -1,18 +1,25 @@
 """Where things live and which ports the local stack uses.
 
 Everything is overridable by environment variables so that tests (and two stacks on one machine)
-can run side by side: ``FLEETSIGHT_RUN_DIR``, ``FLEETSIGHT_CACHE_DIR``, ``FLEETSIGHT_PORT_BASE``.
+can run side by side: ``FLEETSIGHT_RUN_DIR``, ``FLEETSIGHT_CACHE_DIR``, ``FLEETSIGHT_PORT_BASE``, and
+``FLEETSIGHT_CLUSTER``, the one name of the stack's cluster: the twin's nodes carry it as their `cluster`
+target label, Prometheus as its external label (so every alert and every series seen through Thanos),
+the health and checks services in their records and metrics, the log pipeline in every document.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_PORT_BASE = 19000
+DEFAULT_CLUSTER = "demo"  # the name of the demo scenario's cluster (twin/scenarios/demo.yaml)
+# A label value, a file-name part and a URL path segment alike: letters, digits, '.', '_', '-'.
+CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def _env_path(name: str, default: Path) -> Path:
@@ -31,6 +38,14 @@ class Settings:
         default_factory=lambda: int(os.environ.get("FLEETSIGHT_PORT_BASE", DEFAULT_PORT_BASE))
     )
     host: str = "127.0.0.1"
+    cluster: str = field(default_factory=lambda: os.environ.get("FLEETSIGHT_CLUSTER") or DEFAULT_CLUSTER)
+
+    def __post_init__(self) -> None:
+        if not CLUSTER_NAME.match(self.cluster):
+            raise ValueError(
+                f"cluster name {self.cluster!r} (FLEETSIGHT_CLUSTER): use 1-63 letters, digits, '.', '_' "
+                "or '-', starting with a letter or digit"
+            )
 
     def port(self, name: str) -> int:
         """The port named ``name`` by a component's ``PORTS`` (an offset from the base)."""

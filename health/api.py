@@ -296,6 +296,7 @@ def add_fleet_reads(app: FastAPI, service: Service, require: Require) -> None:
         for item in snapshot["nodes"].values():
             counts[item["state"]] += 1
         return {
+            "cluster": service.cluster,
             "updated": snapshot["updated"],
             "refreshes": service.refreshes,
             "states": counts,

@@ -59,7 +59,7 @@ def stack_command(settings: Settings, port: str, state: str, extra: tuple[str, .
     return serve_command(
         f"127.0.0.1:{settings.port(port)}",
         settings.data_dir(state),
-        cluster="demo",
+        cluster=settings.cluster,
         alertmanagers=[settings.url("alertmanager"), settings.url("alertmanager_b")],
         prometheus=settings.url("prometheus"),
         scheduler=settings.url("twin", "/slurm/v0.0.40"),

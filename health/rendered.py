@@ -21,10 +21,12 @@ class Rendered:
         drain_list: list[dict[str, Any]],
         previous: Rendered | None = None,
         changed: Iterable[str] | None = None,
+        cluster: str = "",
     ) -> None:
         """With ``previous`` and ``changed``: only the changed nodes are serialised again (an event batch
-        costs its own nodes, not the fleet)."""
-        self.updated = snapshot["updated"]
+        costs its own nodes, not the fleet). ``cluster``: the name every answer carries (a reader that
+        merges several clusters' answers, or a person reading one, knows whose nodes these are)."""
+        self.updated, self.cluster = snapshot["updated"], cluster
         nodes = snapshot["nodes"]
         incremental = previous is not None and changed is not None and len(previous.node_json) == len(nodes)
         names = list(changed or ()) if incremental else list(nodes)
@@ -33,7 +35,7 @@ class Rendered:
         self.fitness = dict(previous.fitness) if incremental and previous else {}
         for n in names:
             item = nodes[n]
-            self.node_json[n] = json.dumps(item).encode()
+            self.node_json[n] = json.dumps({"cluster": cluster, **item}).encode()
             self.items[n] = {k: v for k, v in item.items() if k != "history"}
             self.fitness[n] = (
                 item["fit"],
@@ -41,7 +43,12 @@ class Rendered:
                 dedupe(r["summary"] or r["signal"] for r in item["reasons"]),
             )
         self.drain_json = json.dumps(
-            {"count": len(drain_list), "nodes": drain_list, "breaker": snapshot.get("breaker")}
+            {
+                "cluster": cluster,
+                "count": len(drain_list),
+                "nodes": drain_list,
+                "breaker": snapshot.get("breaker"),
+            }
         ).encode()
         self.lists: dict[tuple[str, ...], bytes] = {}
 
@@ -50,7 +57,8 @@ class Rendered:
         cached = self.lists.get(key)
         if cached is None:
             items = [self.items[n] for n in sorted(self.items) if not key or self.items[n]["state"] in key]
-            cached = json.dumps({"updated": self.updated, "count": len(items), "nodes": items}).encode()
+            answer = {"cluster": self.cluster, "updated": self.updated, "count": len(items), "nodes": items}
+            cached = json.dumps(answer).encode()
             self.lists[key] = cached
         return cached
 

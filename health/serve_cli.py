@@ -72,7 +72,13 @@ if TYPE_CHECKING:
     default=None,
     help="Where overrides, drains and failure history persist (default: run/data/health).",
 )
-@click.option("--cluster", default="", help="Cluster name for metrics and the breaker alert.")
+@click.option(
+    "--cluster",
+    envvar="FLEETSIGHT_CLUSTER",
+    default="",
+    help="The cluster's name (as Prometheus's external label `cluster`): in every answer, metric and the "
+    "breaker alert.",
+)
 @click.option(
     "--events-token-file",
     envvar="FLEETSIGHT_HEALTH_EVENTS_TOKEN_FILE",

@@ -60,7 +60,7 @@ class HealthService:
         self.source_detail: dict[str, str] = {}
         self.last_refresh_seconds = 0.0
         self.dcgm_fields: list[dict[str, Any]] | None = None  # from the Prometheus source
-        self.rendered = Rendered(self.engine.snapshot(), [])
+        self.rendered = Rendered(self.engine.snapshot(), [], cluster=cluster)
         self.queue: list[tuple[float, str, list[tuple[Signal, bool]]]] = []  # (received, kind, items)
         self.queue_lock = threading.Lock()
         self.wake = threading.Event()
@@ -85,7 +85,7 @@ class HealthService:
 
     def render_copy(self) -> None:
         """A follower's reads: the leader's snapshot as copied (health/replica.py)."""
-        self.rendered = Rendered(self.engine.snapshot(), self.engine.drain_list())
+        self.rendered = Rendered(self.engine.snapshot(), self.engine.drain_list(), cluster=self.cluster)
         self.refreshes += 1
 
     # ------------------------------------------------------------------------------ events in
@@ -150,6 +150,7 @@ class HealthService:
             self.engine.drain_list(),
             previous=None if full else self.rendered,
             changed=self.engine.changed,
+            cluster=self.cluster,
         )
 
     def announce(self, changes: list[dict[str, Any]], now: float) -> None:

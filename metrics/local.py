@@ -170,7 +170,9 @@ def prometheus_config(settings: Settings, replica: str = "A") -> dict[str, Any]:
     """Production's configuration with loopback addresses and local paths."""
     production = yaml.safe_load(PRODUCTION_CONFIG.read_text())
     global_section = {**production["global"]}
-    global_section["external_labels"] = {**production["global"]["external_labels"], "replica": replica}
+    # production reads both from the environment (--enable-feature=expand-external-labels)
+    labels = {**production["global"]["external_labels"], "cluster": settings.cluster, "replica": replica}
+    global_section["external_labels"] = labels
     alerting = {
         **production["alerting"],
         "alertmanagers": [{"static_configs": [{"targets": alertmanager_targets(settings)}]}],

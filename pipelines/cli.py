@@ -300,7 +300,13 @@ def es_security(search_url: str, secrets_dir: str) -> None:
 @click.option(
     "--broker", "brokers", multiple=True, required=True, help="Kafka bootstrap host:port (repeatable)."
 )
-@click.option("--cluster", default="default", show_default=True, help="Cluster name carried by every record.")
+@click.option(
+    "--cluster",
+    envvar="FLEETSIGHT_CLUSTER",
+    default="default",
+    show_default=True,
+    help="Cluster name carried by every record (as Prometheus's external label `cluster`).",
+)
 @click.option(
     "--work-dir", default="/var/spool/rsyslog", show_default=True, help="rsyslog's state and queues."
 )

@@ -17,7 +17,6 @@ from . import kafka_security as security
 from .logclasses import LOG_CLASSES
 from .rsyslog_conf import KAFKA_CLOSE_TIMEOUT_MS, NodeOptions, ShipperOptions, node_config, shipper_config
 
-LOCAL_CLUSTER = "twin"
 # A stopping node rsyslogd may wait omkafka's closeTimeout for librdkafka once per class's action (Kafka
 # down: each holds at least a nudge), then saves its disk queues and imfile positions: a SIGKILL before
 # that can lose lines imfile already marked read.
@@ -145,7 +144,7 @@ def local_node_options(settings: Settings) -> NodeOptions:
     return NodeOptions(
         brokers=[kafka_bootstrap(settings)],
         work_dir=work,
-        cluster=LOCAL_CLUSTER,
+        cluster=settings.cluster,
         files_root=str(twin_nodes_root(settings)),
         node_from_path=True,
         stats_file=work / "impstats.json",

@@ -277,3 +277,13 @@ def test_a_bad_listen_address_is_a_usage_error_naming_the_option() -> None:
     assert listen_address("0.0.0.0:8080") == ("0.0.0.0", 8080)
     result = CliRunner().invoke(main, ["dashboards", "serve", "--listen", "nope"])
     assert result.exit_code == 2 and "--listen" in result.output and "nope" in result.output, result.output
+
+
+def test_a_bad_cluster_name_is_a_usage_error_before_anything_starts(tmp_path: Path) -> None:
+    env = {"FLEETSIGHT_CLUSTER": "prod a", "FLEETSIGHT_RUN_DIR": str(tmp_path / "run")}
+    result = CliRunner().invoke(main, ["up", "twin"], env=env)
+    assert result.exit_code == 2 and "FLEETSIGHT_CLUSTER" in result.output, result.output
+    assert not (tmp_path / "run").exists()
+    assert Settings(cluster="vela-2.site_a").cluster == "vela-2.site_a"
+    with pytest.raises(ValueError, match="FLEETSIGHT_CLUSTER"):
+        Settings(cluster="")

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from fleetsight.logs import setup_logging
+from fleetsight.settings import CLUSTER_NAME
 
 from .scenario import SHIPPED_DIR, dcgm_settings, load, resolve
 from .scenario_fields import ScenarioError, parse_duration, parse_time
@@ -115,6 +116,12 @@ def cli() -> None:
     help="With --dcgm-labels kubernetes: also the pods' labels, sanitised (--kubernetes-enable-pod-labels).",
 )
 @click.option(
+    "--cluster-name",
+    default=None,
+    help="Name the cluster this instead of the scenario's name: every target's `cluster` label, meta.json "
+    "and the records follow (the local stack passes FLEETSIGHT_CLUSTER).",
+)
+@click.option(
     "--exit-at-end",
     is_flag=True,
     help="With --serve: stop when the scenario ends instead of serving its last state.",
@@ -134,6 +141,7 @@ def run(
     dcgm_xid: str | None,
     dcgm_labels: str | None,
     dcgm_pod_labels: bool | None,
+    cluster_name: str | None,
     exit_at_end: bool,
 ) -> None:
     """Run a scenario, writing each node's sysfs/procfs trees, kernel log and job logs under OUT/nodes/
@@ -165,6 +173,12 @@ def run(
     except ScenarioError as exc:
         raise click.BadParameter(str(exc), param_hint="--dcgm-*") from None
     scenario = replace(scenario, dcgm=dcgm)
+    if cluster_name is not None:
+        if not CLUSTER_NAME.match(cluster_name):
+            raise click.BadParameter(
+                f"{cluster_name!r}: 1-63 letters, digits, '.', '_' or '-'", param_hint="--cluster-name"
+            )
+        scenario = replace(scenario, cluster=replace(scenario.cluster, name=cluster_name))
     try:
         factor = parse_speed(speed)
         host, _, port_text = listen.rpartition(":")

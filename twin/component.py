@@ -25,6 +25,8 @@ def command(settings: Settings) -> list[str]:
         "realtime",
         "--listen",
         f"127.0.0.1:{settings.port('twin')}",
+        "--cluster-name",
+        settings.cluster,
     )
 
 

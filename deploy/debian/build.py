@@ -195,6 +195,7 @@ def central_files(root: Path) -> None:
         unit = f"fleetsight-{name}.service"
         put(REPO / "deploy" / "systemd" / unit, root / "lib/systemd/system" / unit)
         put(conf / f"{name}.env", root / f"etc/fleetsight/{name}.env")
+    put(conf / "cluster.env", root / "etc/fleetsight/cluster.env")  # the cluster's one name
     put(REPO / "health" / "policy.yml", root / "etc/fleetsight/health-policy.yml")
     put(REPO / "metrics" / "prometheus.yml", root / "etc/fleetsight/prometheus/prometheus.yml")
     for rule in sorted((REPO / "rules").glob("*.yml")):

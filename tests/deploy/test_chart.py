@@ -393,6 +393,7 @@ def test_the_dcgm_pod_monitor_labels_series_with_node(full: list[dict[str, Any]]
             "checks.light.externalDcgmExporter.url",
         ),
         (["--set", "checks.images.dcgmi.withFleetSight=maybe"], "checks.images.dcgmi.withFleetSight"),
+        (["--set", "cluster=prod a"], "cluster"),
     ],
     ids=[
         "port",
@@ -405,6 +406,7 @@ def test_the_dcgm_pod_monitor_labels_series_with_node(full: list[dict[str, Any]]
         "busy",
         "exporter-url",
         "image-kind",
+        "cluster-name",
     ],
 )
 def test_the_schema_rejects_bad_values_naming_them(args: list[str], message: str) -> None:
@@ -684,3 +686,22 @@ def test_the_intrusive_checks_jobs_run_in_the_images_of_values(
         (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == folder]
         (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
         assert volume["configMap"]["name"] == config["metadata"]["name"] and file in config["data"]
+
+
+def test_one_value_names_the_cluster_for_every_service() -> None:
+    # the top-level `cluster` reaches both services that label what they answer (the health records, the
+    # checks' series); the old checks.cluster, where someone set it, still wins for the checks service
+    def cluster_args(*values: str) -> dict[str, list[str]]:
+        found = {}
+        for obj in render(*values):
+            if obj["kind"] == "Deployment":
+                for container in obj["spec"]["template"]["spec"]["containers"]:
+                    found[container["name"]] = [
+                        a for a in container.get("args", []) if a.startswith("--cluster")
+                    ]
+        return found
+
+    named = cluster_args("--set", "cluster=vela-2")
+    assert named["health"] == named["checks"] == ["--cluster=vela-2"], named
+    assert cluster_args()["health"] == ["--cluster=default"]
+    assert cluster_args("--set", "cluster=a", "--set", "checks.cluster=b")["checks"] == ["--cluster=b"]

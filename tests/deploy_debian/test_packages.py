@@ -50,6 +50,7 @@ CENTRAL_CONFFILES = {
     "/etc/fleetsight/health.env",
     "/etc/fleetsight/chatbot.env",
     "/etc/fleetsight/checks.env",
+    "/etc/fleetsight/cluster.env",
     "/etc/fleetsight/health-policy.yml",
     "/etc/fleetsight/prometheus/prometheus.yml",
     "/etc/fleetsight/alertmanager/alertmanager.yml",
@@ -480,3 +481,14 @@ def test_the_node_postinst_leaves_a_root_only_placeholder_and_purge_removes_only
     assert token.read_text() == "the fleet's token\n"
     run("fleetsight-node.postrm", "purge")
     assert token.read_text() == "the fleet's token\n"
+
+
+def test_the_cluster_name_is_set_once_for_the_central_services(root: Path) -> None:
+    # one file names the cluster; both services that label their answers and metrics read it (optional:
+    # a host without it still starts), and neither's own arguments name another
+    assert env_value(root / "etc/fleetsight/cluster.env", "FLEETSIGHT_CLUSTER") == "default"
+    units = root / "lib/systemd/system"
+    for name in ("health", "checks"):
+        files = unit_lines(units / f"fleetsight-{name}.service", "EnvironmentFile")
+        assert files == ["-/etc/fleetsight/cluster.env", f"/etc/fleetsight/{name}.env"], files
+        assert "--cluster" not in env_value(root / f"etc/fleetsight/{name}.env", "FLEETSIGHT_ARGS")

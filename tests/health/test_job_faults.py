@@ -268,3 +268,26 @@ def test_the_chatbot_answers_why_a_job_is_slow_from_its_faults(health: str) -> N
     assert "docs/runbooks/StragglerNode.md" in kubernetes.cited_files
     unknown = answerer.answer("why is job 9999 slow?")
     assert "health service: no job 9999 in its window" in unknown.notes
+
+
+def test_every_read_answer_names_the_cluster(health: str) -> None:
+    # a reader that merges several clusters' answers (or a person reading one) knows whose nodes these are;
+    # start_health names the cluster "test"
+    def nodes() -> dict[str, Any] | None:
+        body = httpx.get(f"{health}/v1/nodes", headers=READ, timeout=20).json()
+        return body if body["nodes"] else None
+
+    listed = wait_until(nodes, timeout=30, what="the nodes the service found in Prometheus")
+    node = listed["nodes"][0]["node"]
+    answers = {
+        path: httpx.get(f"{health}{path}", headers=READ, timeout=20).json()
+        for path in ("/v1/status", f"/v1/nodes/{node}", "/v1/drain-list")
+    }
+    assert {path: body.get("cluster") for path, body in answers.items()} | {
+        "/v1/nodes": listed["cluster"]
+    } == {
+        "/v1/status": "test",
+        f"/v1/nodes/{node}": "test",
+        "/v1/drain-list": "test",
+        "/v1/nodes": "test",
+    }

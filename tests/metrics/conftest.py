@@ -16,7 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from metrics_helpers import COMPONENTS_DIR, HISTORY_SCENARIO, MetricsStack, component_pid, freeze, thaw
+from metrics_helpers import (
+    COMPONENTS_DIR,
+    HISTORY_SCENARIO,
+    STACK_CLUSTER,
+    MetricsStack,
+    component_pid,
+    freeze,
+    thaw,
+)
 
 from fleetsight.settings import REPO_ROOT
 from support import FLEETSIGHT, StackEnv, free_port_base, port_is_free
@@ -73,6 +81,7 @@ def metrics_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsS
         "FLEETSIGHT_RUN_DIR": str(root / "run"),
         "FLEETSIGHT_PORT_BASE": str(base),
         "FLEETSIGHT_COMPONENT_PATH": str(COMPONENTS_DIR),
+        "FLEETSIGHT_CLUSTER": STACK_CLUSTER,
         "COLUMNS": "80",
     }
     stack = StackEnv(root / "run", base, env)

@@ -23,6 +23,7 @@ from support import StackEnv, wait_until
 
 HERE = Path(__file__).resolve().parent
 COMPONENTS_DIR = HERE / "components"
+STACK_CLUSTER = "metrics-e2e"  # the stack's one name: not the default, so that a part that ignores it shows
 ALERT_SCENARIO = HERE / "alert_faults.yaml"
 HISTORY_SCENARIO = HERE / "backfill_history.yaml"
 STATUS_IN_TITLE = re.compile(r"^\[(FIRING|RESOLVED)\b", re.IGNORECASE)

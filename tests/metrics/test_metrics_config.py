@@ -29,6 +29,7 @@ PRODUCTION_JOBS = {job["job_name"]: job for job in PRODUCTION["scrape_configs"]}
 def settings_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     monkeypatch.setenv("FLEETSIGHT_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("FLEETSIGHT_PORT_BASE", "34000")
+    monkeypatch.setenv("FLEETSIGHT_CLUSTER", "config-test")
     return Settings()
 
 
@@ -41,10 +42,12 @@ def test_each_replica_runs_production_with_local_addresses(
     local.prepare_prometheus(settings, replica)  # promtool check config passes, or this raises
     config = yaml.safe_load(local.prometheus_config_path(settings, replica).read_text())
 
-    assert config["global"]["external_labels"] == {
-        **PRODUCTION["global"]["external_labels"],
-        "replica": replica,
+    # production reads both from its environment; the local stack writes the stack's values
+    assert PRODUCTION["global"]["external_labels"] == {
+        "cluster": "${FLEETSIGHT_CLUSTER}",
+        "replica": "${PROMETHEUS_REPLICA}",
     }
+    assert config["global"]["external_labels"] == {"cluster": settings.cluster, "replica": replica}
     assert config["global"]["scrape_interval"] == PRODUCTION["global"]["scrape_interval"]
     assert config["alerting"]["alert_relabel_configs"] == PRODUCTION["alerting"]["alert_relabel_configs"]
     (targets,) = config["alerting"]["alertmanagers"]

@@ -19,9 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 from metrics_helpers import (
+    STACK_CLUSTER,
     MetricsStack,
     SlackMessage,
     about,
+    api,
     component_pid,
     drop_blocks,
     fault,
@@ -75,6 +77,27 @@ def alertmanager_has_alert(url: str, alertname: str, node: str) -> bool:
     except (httpx.HTTPError, json.JSONDecodeError):
         return False
     return any(a["labels"].get("alertname") == alertname and a["labels"].get("node") == node for a in alerts)
+
+
+def test_every_series_and_alert_in_the_global_view_names_the_one_cluster(metrics_stack: MetricsStack) -> None:
+    # FLEETSIGHT_CLUSTER reaches the twin's targets (the dcgm and node agent series carry it as a label),
+    # Prometheus's external label (every other series, as Thanos shows it, and every alert): one name
+    query = metrics_stack.url("thanos_query")
+
+    def clusters(expression: str) -> set[str] | None:
+        """The cluster names the expression's answer holds, once it holds any (Thanos Query finds its
+        stores a moment after the stack is up; the twin's faults fire their alerts within minutes)."""
+        result = api(query, "/api/v1/query", query=expression)["result"]
+        return {item["metric"].get("cluster", "(none)") for item in result} or None
+
+    every_series = 'count by (cluster) ({__name__=~".+"})'
+    assert wait_until(lambda: clusters(every_series), timeout=120, what="series in the global view") == {
+        STACK_CLUSTER
+    }
+    alerts = "count by (cluster, alertname) (ALERTS)"
+    assert wait_until(lambda: clusters(alerts), timeout=240, what="an alert in the global view") == {
+        STACK_CLUSTER
+    }
 
 
 # -------------------------------------------------------------------------- (b) Prometheus replica
@@ -222,6 +245,7 @@ def test_psu_failure_reaches_slack_once_then_resolves(metrics_stack: MetricsStac
     print(f"PSUFailed n0001: onset-to-Slack {delay:.1f}s")
     channels = assert_once_per_channel(firing, "PSUFailed n0001 firing")
     assert all("docs/runbooks/PSUFailed.md" in m.text for m in firing)
+    assert all(f"cluster: `{STACK_CLUSTER}`" in m.text for m in firing)  # the stack's one name
     assert delay < ONSET_TO_SLACK_LIMIT_S
 
     cleared = wait_until(

@@ -22,7 +22,8 @@ def log_stack() -> Iterator[LogStack]:
     base = Path(tempfile.mkdtemp(prefix="fleetsight-logs-test-"))
     base.chmod(0o755)
     run_dir = base / "run"
-    settings = Settings(run_dir=run_dir, port_base=port_base())
+    # a cluster name of the test's own, not a default: the documents must carry the stack's name
+    settings = Settings(run_dir=run_dir, port_base=port_base(), cluster="logs-e2e")
     components = load_components()
     # The twin runs a short scenario with one fault of each log-visible kind, ten times real time.
     components["twin"] = dataclasses.replace(

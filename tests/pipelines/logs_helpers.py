@@ -68,6 +68,7 @@ class LogStack:
             **os.environ,
             "FLEETSIGHT_RUN_DIR": str(self.settings.run_dir),
             "FLEETSIGHT_PORT_BASE": str(self.settings.port_base),
+            "FLEETSIGHT_CLUSTER": self.settings.cluster,
         }
 
     def start(self, name: str) -> None:

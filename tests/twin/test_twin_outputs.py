@@ -4,6 +4,7 @@ promtool's backfill read back by Prometheus."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ import httpx
 import jsonschema
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from twin_helpers import FLEETSIGHT, scenario_arg, wait_until
+from twin_helpers import FLEETSIGHT, scenario_arg, start_twin, stop_twin, wait_until
 
 from fleetsight.settings import REPO_ROOT
 from support import free_port
@@ -364,3 +365,34 @@ def test_paced_run_rewrites_only_changed_files(tmp_path: Path) -> None:
     ticks = int(re.search(r"event=run_end ticks=(\d+)", log.read_text()).group(1))
     assert ticks >= 20
     assert written < files + ticks * files / 4, f"{written} writes for {files} files in {ticks} ticks"
+
+
+def test_the_cluster_name_given_replaces_the_scenarios_everywhere_it_shows(tmp_path: Path) -> None:
+    # the local stack passes FLEETSIGHT_CLUSTER: meta.json and every served target must carry it
+    small = tmp_path / "small.yaml"
+    small.write_text("name: small\nduration: 1m\ncluster: {name: scenario-name, nodes: 2}\n")
+    run = start_twin(str(small), tmp_path / "o", "--cluster-name", "vela-2")
+    try:
+        assert json.loads((tmp_path / "o" / "meta.json").read_text())["cluster"] == "vela-2"
+        targets = run.get("/targets/dcgm.json").json()
+        assert targets and {group["labels"]["cluster"] for group in targets} == {"vela-2"}
+    finally:
+        stop_twin(run)
+    bad = subprocess.run(
+        [
+            *FLEETSIGHT,
+            "twin",
+            "run",
+            "--scenario",
+            str(small),
+            "--out",
+            str(tmp_path / "b"),
+            "--cluster-name",
+            "a b",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert bad.returncode == 2 and "--cluster-name" in bad.stderr and "Traceback" not in bad.stderr

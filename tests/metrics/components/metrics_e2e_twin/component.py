@@ -34,6 +34,7 @@ def twin_command(settings: Settings) -> list[str]:
         "--out", str(twin_dir(settings)),
         "--serve", "--speed", "realtime",
         "--listen", f"127.0.0.1:{settings.port('e2e_twin')}",
+        "--cluster-name", settings.cluster,
     ]  # fmt: skip
 
 
