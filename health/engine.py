@@ -379,7 +379,13 @@ class HealthEngine:
         """A new snapshot: the re-decided nodes' items replaced, the others' items shared with the last
         one (readers hold the old snapshot undisturbed)."""
         previous = self._snapshot["nodes"]
-        if len(changed) >= len(self.nodes) or any(n not in previous for n in changed):
+        # whole again when the last one lacks a node: a new node, or nodes restored from the state file
+        # at a restart (not re-decided, so never "changed": a partial update would leave them unlisted)
+        if (
+            len(previous) != len(self.nodes)
+            or len(changed) >= len(self.nodes)
+            or any(n not in previous for n in changed)
+        ):
             nodes = {node: node_item(node, record) for node, record in sorted(self.nodes.items())}
         else:
             nodes = dict(previous)

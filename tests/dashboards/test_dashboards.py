@@ -34,7 +34,7 @@ from support import StackEnv, free_port_base, wait_until
 METRIC = re.compile(r"\b(DCGM_F[A-Z_]+|fleetsight_[a-z0-9_]+|ALERTS|up)\b")
 # Where the code that publishes a series lives, for series that appear only when something happens
 # (alerts, straggler flags, health states, Lustre server jobstats).
-PUBLISHERS = ("rules", "anomaly", "health", "exporters", "checks")
+PUBLISHERS = ("rules", "anomaly", "health", "exporters", "checks", "fleet")
 # Series that only the live health and anomaly services write: a backfill cannot hold them, so their
 # panels are checked here, on a stack that runs both services. The straggler flags are left out: they
 # show only while a straggler is flagged (the history check covers them).

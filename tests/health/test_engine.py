@@ -146,6 +146,18 @@ def test_drains_overrides_and_history_survive_a_restart(tmp_path: Path) -> None:
     assert len(again.grants) == 1 and again.events and again.next_event_id == engine.next_event_id
 
 
+def test_a_quiet_fleet_is_still_listed_after_a_restart(tmp_path: Path) -> None:
+    # restored from the state file and then unchanged: every node must still be in the snapshot the API
+    # serves (a partial update listed none of them, so every prolog saw an unknown node after a restart)
+    engine = HealthEngine(POLICY, tmp_path)
+    engine.update(observe(), now=0)
+    engine.save()
+    again = HealthEngine(POLICY, tmp_path)
+    again.set_inventory(dict(NODES))  # the service's sweep: the inventory, then the nodes events named
+    assert again.process(now=5) == []  # nothing changed...
+    assert states(again) == states(engine) and len(states(again)) == len(NODES)  # ...and all listed
+
+
 def test_held_reasons_survive_a_restart_inside_clean_for(tmp_path: Path) -> None:
     engine = HealthEngine(POLICY, tmp_path)
     engine.update(observe(signal("e02", "XidBad")), now=0)

@@ -40,10 +40,11 @@ ISSUE_ALERTS = {
     "DCGMProfilingBlind",  # issue 41: rules/blindness.yml, profiling fields at 0 on busy GPUs
     "FabricManagerDown",  # issue 41: rules/blindness.yml, NVIDIA Fabric Manager not running
     "GPUAppXidsAcrossJobs",  # issue 41: rules/gpu.yml, application Xids that follow one GPU across jobs
+    "FleetClusterMissing",  # issue 45: rules/fleet.yml, a cluster the global layer cannot read
 }
 # Alerts about a whole cluster (or a central service), not one node: their description names the
 # cluster instead.
-CLUSTER_ALERTS = {"LustreOSTSlow", "DCGMFieldsMissing", "HealthEventLag"}
+CLUSTER_ALERTS = {"LustreOSTSlow", "DCGMFieldsMissing", "HealthEventLag", "FleetClusterMissing"}
 RUNBOOK_SECTIONS = (
     "## What it means",
     "## Impact on running jobs",
