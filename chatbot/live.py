@@ -148,19 +148,63 @@ def node_health(client: httpx.Client, sources: LiveSources, node: str, context: 
         )
         return
     if not response.is_success:
-        context.notes.append(f"health service answered HTTP {response.status_code} for node {node}")
+        said = _detail(response)
+        context.notes.append(f"health service answered HTTP {response.status_code} for node {node}{said}")
         return
     body = response.json()
-    state = body.get("state", "unknown")
-    reasons = [r for r in body.get("reasons", []) if isinstance(r, dict) and not r.get("cleared_at")]
+    note_missing_clusters(body, context)
+    for item in answers_of(body):
+        node_evidence(url, node, item, context)
+
+
+def node_evidence(url: str, node: str, item: dict[str, Any], context: LiveContext) -> None:
+    """One node record as evidence: its state, and each reason with its runbook; the cluster named
+    when the record says it (several clusters may have a node of that name)."""
+    state, name = item.get("state", "unknown"), f"{node}{where(item)}"
+    reasons = [r for r in item.get("reasons", []) if isinstance(r, dict) and not r.get("cleared_at")]
     if not reasons:
-        context.evidence.append(Evidence("health", url, node, f"{node} is {state}", body.get("since")))
+        context.evidence.append(Evidence("health", url, node, f"{name} is {state}", item.get("since")))
     for reason in reasons:
         summary = reason.get("summary") or reason.get("signal", "?")
         runbook = reason.get("runbook") or None
         context.evidence.append(
-            Evidence("health", url, node, f"{node} is {state}: {summary}", reason.get("since"), runbook)
+            Evidence("health", url, node, f"{name} is {state}: {summary}", reason.get("since"), runbook)
         )
+
+
+def answers_of(body: Any) -> list[dict[str, Any]]:
+    """A health service's answer, or the global layer's (docs/fleet.md: ``matches``, one per cluster
+    that has the node or the job)."""
+    if not isinstance(body, dict):  # a proxy or an older API: reported as unreadable, never guessed at
+        raise TypeError(f"expected a JSON object, got {type(body).__name__}")
+    matches = body.get("matches")
+    if matches is None:
+        return [body]
+    if not isinstance(matches, list) or not all(isinstance(m, dict) for m in matches):
+        raise TypeError("`matches` is not a list of objects")
+    return matches
+
+
+def where(item: dict[str, Any]) -> str:
+    cluster = item.get("cluster")
+    return f" (cluster {cluster})" if cluster else ""
+
+
+def note_missing_clusters(body: Any, context: LiveContext) -> None:
+    """The global layer's clusters that did not answer: the live state may be incomplete, said so."""
+    for gap in body.get("missing", []) if isinstance(body, dict) else []:
+        if isinstance(gap, dict):
+            context.notes.append(
+                f"cluster {gap.get('cluster', '?')} did not answer the global layer ({gap.get('error', '')})"
+            )
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return ""
+    return f": {detail}" if isinstance(detail, str) and detail else ""
 
 
 def job_stragglers(client: httpx.Client, sources: LiveSources, job: str, context: LiveContext) -> list[str]:
@@ -206,22 +250,38 @@ def job_faults(client: httpx.Client, sources: LiveSources, job: str, context: Li
         context.notes.append(f"health service: no job {job} in its window")
         return []
     if not response.is_success:
-        context.notes.append(f"health service answered HTTP {response.status_code} for job {job}'s faults")
+        said = _detail(response)
+        context.notes.append(
+            f"health service answered HTTP {response.status_code} for job {job}'s faults{said}"
+        )
         return []
-    faults = sorted(response.json().get("faults", []), key=lambda f: not f.get("active"))
+    body = response.json()
+    note_missing_clusters(body, context)
+    active: list[str] = []
+    for answer in answers_of(body):
+        active += faults_evidence(url, job, answer, context)
+    return active
+
+
+def faults_evidence(url: str, job: str, answer: dict[str, Any], context: LiveContext) -> list[str]:
+    """One cluster's job faults as evidence (the cluster named when the answer says it); returns the
+    nodes of the active ones."""
+    subject = f"job {job}{where(answer)}"
+    faults = sorted(answer.get("faults", []), key=lambda f: not f.get("active"))
     if not faults:
-        window = response.json().get("window", "")
+        window = answer.get("window", "")
         context.evidence.append(
-            Evidence("health", url, f"job {job}", f"job {job}: no fault in the last {window}")
+            Evidence("health", url, f"job {job}", f"{subject}: no fault in the last {window}")
         )
     for fault in faults[:MAX_FAULTS]:
-        context.evidence.append(fault_evidence(url, job, fault))
+        context.evidence.append(fault_evidence(url, job, fault, where(answer)))
     return [n for f in faults if f.get("active") for n in f.get("nodes", [])]
 
 
-def fault_evidence(url: str, job: str, fault: dict[str, Any]) -> Evidence:
+def fault_evidence(url: str, job: str, fault: dict[str, Any], cluster: str = "") -> Evidence:
+    """``cluster``: " (cluster <name>)" where the answer names one, else empty."""
     when = "firing" if fault.get("active") else f"resolved {fault.get('last_seen')}"
-    summary = f"job {job}: {fault.get('summary') or fault.get('alertname')} ({when})"
+    summary = f"job {job}{cluster}: {fault.get('summary') or fault.get('alertname')} ({when})"
     runbook = str(fault.get("runbook") or "") or None
     return Evidence("health", url, f"job {job}", summary, fault.get("first_seen"), runbook)
 

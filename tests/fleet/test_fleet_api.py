@@ -23,7 +23,7 @@ from health.component import serve_command
 from support import FLEETSIGHT, Process, free_port, installed, prometheus_server, stopping, wait_until
 
 A_TOKEN = "a-read-token-0123456789"
-NODES = {"a": ["a-n001", "a-n002", "gpu-001"], "b": ["b-n001", "gpu-001"]}
+NODES = {"a": ["a-n001", "a-n002", "dgx-017"], "b": ["b-n001", "dgx-017"]}
 JOB = "4711"
 
 
@@ -141,7 +141,7 @@ def test_a_node_and_a_job_are_found_without_knowing_their_cluster(fleet: Fleet) 
     found = fleet.get("/v1/nodes/b-n001").json()
     assert (found["count"], found["matches"][0]["cluster"], found["missing"]) == (1, "b", [])
     assert found["matches"][0]["node"] == "b-n001" and "state" in found["matches"][0]
-    shared = fleet.get("/v1/nodes/gpu-001").json()  # two clusters may name a node alike: both answer
+    shared = fleet.get("/v1/nodes/dgx-017").json()  # two clusters may name a node alike: both answer
     assert sorted(m["cluster"] for m in shared["matches"]) == ["a", "b"]
     job = fleet.get(f"/v1/jobs/{JOB}/faults").json()  # only cluster a's Prometheus knows the job
     assert [(m["cluster"], m["job"]) for m in job["matches"]] == [("a", JOB)]
@@ -225,3 +225,16 @@ def test_a_bad_clusters_file_is_a_clear_error(tmp_path: Path, content: str, mess
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, (
         result.stderr
     )
+
+
+def test_the_chatbot_pointed_at_the_layer_names_each_nodes_cluster(fleet: Fleet) -> None:
+    # the chatbot's live context reads the layer as it reads one health service (FLEETSIGHT_HEALTH_URL):
+    # a node two clusters share is reported once per cluster, each named; a job from the cluster that ran it
+    from chatbot.live import LiveSources, gather
+
+    context = gather("is dgx-017 ok? job 4711 seems slow", LiveSources(health_url=fleet.url, timeout_s=10))
+    summaries = [e.summary for e in context.evidence]
+    assert sum("dgx-017 (cluster a) is" in s for s in summaries) == 1, summaries
+    assert sum("dgx-017 (cluster b) is" in s for s in summaries) == 1, summaries
+    assert any(s.startswith("job 4711 (cluster a): ") for s in summaries), summaries
+    assert not context.notes, context.notes
