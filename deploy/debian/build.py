@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 VERSION = "0.1.0"
 PYTHON = "/usr/bin/python3.11"  # the interpreter the venv links to: Depends: python3.11
-CENTRAL_UNITS = ("fabric", "anomaly", "health", "chatbot", "checks")
+CENTRAL_UNITS = ("fabric", "anomaly", "health", "chatbot", "checks", "fleet")
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,7 @@ def central_files(root: Path) -> None:
         put(REPO / "deploy" / "systemd" / unit, root / "lib/systemd/system" / unit)
         put(conf / f"{name}.env", root / f"etc/fleetsight/{name}.env")
     put(conf / "cluster.env", root / "etc/fleetsight/cluster.env")  # the cluster's one name
+    put(conf / "clusters.yml.example", root / "etc/fleetsight/fleet/clusters.yml.example")  # global layer
     put(REPO / "health" / "policy.yml", root / "etc/fleetsight/health-policy.yml")
     put(REPO / "metrics" / "prometheus.yml", root / "etc/fleetsight/prometheus/prometheus.yml")
     for rule in sorted((REPO / "rules").glob("*.yml")):

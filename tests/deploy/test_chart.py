@@ -93,7 +93,7 @@ def test_full_values_render_every_part(full: list[dict[str, Any]]) -> None:
     ]
     assert "fs-fleetsight-fabric-exporter" in found["Deployment"]
     assert len(found["PrometheusRule"]) == len(list((REPO_ROOT / "rules").glob("*.yml")))
-    monitored = ("anomaly", "chatbot", "checks", "fabric-exporter", "health")
+    monitored = ("anomaly", "chatbot", "checks", "fabric-exporter", "fleet", "health")
     assert sorted(found["ServiceMonitor"]) == [f"fs-fleetsight-{m}" for m in monitored]
     assert found["PersistentVolumeClaim"] == ["fs-fleetsight-health"]
     for monitor in (o for o in full if o["kind"] in OPERATOR_KINDS):
@@ -705,3 +705,38 @@ def test_one_value_names_the_cluster_for_every_service() -> None:
     assert named["health"] == named["checks"] == ["--cluster=vela-2"], named
     assert cluster_args()["health"] == ["--cluster=default"]
     assert cluster_args("--set", "cluster=a", "--set", "checks.cluster=b")["checks"] == ["--cluster=b"]
+
+
+def test_the_global_layer_reads_the_clusters_file_the_chart_writes(
+    full: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    # the ConfigMap's clusters file is what `fleetsight fleet serve` reads (its own reader, here), each
+    # token file lies in the mount of the cluster's Secret, and the monitor keeps the series' cluster
+    from fleet.clusters import load_clusters
+
+    layer = workload(full, "Deployment", "fs-fleetsight-fleet")["spec"]["template"]["spec"]
+    (container,) = layer["containers"]
+    assert "--clusters-file=/etc/fleetsight/fleet/clusters.yml" in container["args"]
+    config = next(
+        o
+        for o in full
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "fs-fleetsight-fleet-clusters"
+    )
+    text = config["data"]["clusters.yml"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in layer["volumes"] if "secret" in v}
+    token_file = "/etc/fleetsight/fleet/tokens/vela/token"
+    assert secrets[mounts["/etc/fleetsight/fleet/tokens/vela"]] == "fleet-vela-read" and token_file in text
+    (tmp_path / "token").write_text("t0k3n\n")
+    (tmp_path / "clusters.yml").write_text(text.replace(token_file, str(tmp_path / "token")))
+    clusters = load_clusters(tmp_path / "clusters.yml")
+    assert [(c.name, c.health, c.token) for c in clusters] == [
+        ("vela", "https://health.vela.example.org:9441", "t0k3n"),
+        ("blue-vela", "http://health.bluevela.example.org:9441", None),
+    ]
+    (monitor,) = [
+        o for o in full if o["kind"] == "ServiceMonitor" and o["metadata"]["name"] == "fs-fleetsight-fleet"
+    ]
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    refused = helm("template", "fs", str(CHART), "--set", "fleet.enabled=true", check=False)
+    assert refused.returncode != 0 and "fleet.enabled needs fleet.clusters" in refused.stderr

@@ -44,6 +44,7 @@ NODE_CONFFILES = {
     "/etc/fleetsight/rsyslog-fleetsight.conf",
     "/etc/fleetsight/dcgm/counters.csv",
 }
+CENTRAL_SERVICES = ("fabric", "anomaly", "health", "chatbot", "checks", "fleet")
 CENTRAL_CONFFILES = {
     "/etc/fleetsight/fabric.env",
     "/etc/fleetsight/anomaly.env",
@@ -51,6 +52,8 @@ CENTRAL_CONFFILES = {
     "/etc/fleetsight/chatbot.env",
     "/etc/fleetsight/checks.env",
     "/etc/fleetsight/cluster.env",
+    "/etc/fleetsight/fleet.env",
+    "/etc/fleetsight/fleet/clusters.yml.example",
     "/etc/fleetsight/health-policy.yml",
     "/etc/fleetsight/prometheus/prometheus.yml",
     "/etc/fleetsight/alertmanager/alertmanager.yml",
@@ -118,7 +121,7 @@ def test_maintainer_scripts_parse_and_carry_the_unit_snippets(debs: dict[str, Pa
         ("fleetsight-node", ["fleetsight-node.service", "fleetsight-checks-light.timer"]),
         (
             "fleetsight-central",
-            [f"fleetsight-{n}.service" for n in ("fabric", "anomaly", "health", "chatbot", "checks")],
+            [f"fleetsight-{n}.service" for n in CENTRAL_SERVICES],
         ),
     ):
         postinst = control_file(debs[package], "postinst", tmp_path)

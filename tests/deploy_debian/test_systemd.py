@@ -28,6 +28,7 @@ CEILINGS = {
     "fleetsight-health.service": 1.2,
     "fleetsight-chatbot.service": 1.2,
     "fleetsight-checks.service": 1.2,
+    "fleetsight-fleet.service": 1.2,  # the global layer: reads its clusters file, writes nothing
     "fleetsight-checks-light.service": 1.2,  # oneshot, started by fleetsight-checks-light.timer
 }
 GOOD = ("SAFE", "OK")
