@@ -1,6 +1,7 @@
 """The global read API: every cluster's health service behind one address (docs/fleet.md).
 
-- ``GET /v1/clusters``: each cluster, whether it answers, how long it took, its node states;
+- ``GET /v1/clusters``: each cluster, whether it answers, how long it took, its node states, and (with a
+  global Thanos Query) whether its metrics stores answer;
 - ``GET /v1/nodes`` (``?state=``): every cluster's nodes, each item with its ``cluster``;
 - ``GET /v1/nodes/{node}``: a node found without knowing its cluster (``matches``: one per cluster
   that has a node of that name);
@@ -20,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 from urllib.parse import quote
 
+import httpx
 from fastapi import Depends, FastAPI, HTTPException, Query, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -27,6 +29,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from fleetsight import auth
 
 from .clusters import FanOut, Reply
+from .stores import StoreView, read_stores
 
 log = logging.getLogger("fleet")
 
@@ -37,8 +40,9 @@ class Watch:
     """What the layer knows of each cluster from its last reply: the series Prometheus scrapes (a
     cluster that stops answering alerts once, from here), refreshed by every request and by a poll."""
 
-    def __init__(self, fanout: FanOut) -> None:
-        self.fanout = fanout
+    def __init__(self, fanout: FanOut, thanos_url: str | None = None) -> None:
+        self.fanout, self.thanos_url = fanout, thanos_url
+        self.thanos = httpx.AsyncClient(timeout=fanout.timeout_s) if thanos_url else None
         self.registry = CollectorRegistry()
         self.up = Gauge(
             "fleetsight_fleet_cluster_up",
@@ -58,8 +62,25 @@ class Watch:
             ["cluster"],
             registry=self.registry,
         )
+        self.metrics_up = Gauge(
+            "fleetsight_fleet_cluster_metrics_up",
+            "1 when the global Thanos Query reads at least one of the cluster's stores, else 0",
+            ["cluster"],
+            registry=self.registry,
+        )
         for cluster in fanout.clusters:
             self.up.labels(cluster.name).set(0)
+
+    async def stores(self) -> StoreView | None:
+        """The global Thanos Query's stores per cluster (None without one); the series follow."""
+        if self.thanos is None or self.thanos_url is None:
+            return None
+        view = await read_stores(self.thanos, self.thanos_url)
+        if not view.error:
+            for cluster in self.fanout.clusters:
+                found = view.clusters.get(cluster.name)
+                self.metrics_up.labels(cluster.name).set(0 if found is None or found.missing else 1)
+        return view
 
     def note(self, replies: list[Reply]) -> None:
         for reply in replies:
@@ -82,11 +103,16 @@ class Watch:
                         log.warning(
                             "event=cluster_missing cluster=%s error=%s", reply.cluster, reply.why_missing()
                         )
+                await self.stores()
             await asyncio.sleep(interval_s)
 
 
-def create_app(fanout: FanOut, guard: auth.TokenGuard, poll_interval_s: float = 15.0) -> FastAPI:
-    watch = Watch(fanout)
+def create_app(
+    fanout: FanOut, guard: auth.TokenGuard, poll_interval_s: float = 15.0, thanos_url: str | None = None
+) -> FastAPI:
+    """``thanos_url``: the global Thanos Query over every cluster's stores (each store's ``cluster``
+    external label names its cluster), or None."""
+    watch = Watch(fanout, thanos_url)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -98,6 +124,8 @@ def create_app(fanout: FanOut, guard: auth.TokenGuard, poll_interval_s: float = 
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
             await fanout.close()
+            if watch.thanos is not None:
+                await watch.thanos.aclose()
 
     app = FastAPI(
         title="FleetSight global layer",
@@ -134,10 +162,13 @@ def add_cluster_routes(app: FastAPI, watch: Watch, reader: Any) -> None:
         dependencies=[reader],
     )
     async def clusters() -> dict[str, Any]:
-        replies = await watch.ask(STATUS_PATH)
+        replies, view = await asyncio.gather(watch.ask(STATUS_PATH), watch.stores())
         urls = {c.name: c.health for c in watch.fanout.clusters}
         items = [cluster_item(reply, urls[reply.cluster]) for reply in replies]
-        return {"count": len(items), "clusters": items, "missing": gaps(replies)}
+        answer: dict[str, Any] = {"count": len(items), "clusters": items, "missing": gaps(replies)}
+        if view is not None:
+            add_metrics(answer, view)
+        return answer
 
     @app.get(
         "/v1/nodes",
@@ -190,6 +221,23 @@ def lookup(replies: list[Reply], what: str, key: str, value: str) -> Any:
         detail = f"{what} is in none of {', '.join(answered) or 'no cluster'}; not asked of: {lost}"
         return JSONResponse({"detail": detail, "missing": missing}, status_code=503)
     raise HTTPException(404, f"{what} is in none of the clusters ({', '.join(answered)})")
+
+
+def add_metrics(answer: dict[str, Any], view: StoreView) -> None:
+    """Each cluster's stores as the global Thanos Query sees them, and the clusters it cannot read."""
+    if view.error:
+        answer["metrics_missing"] = [
+            {"cluster": i["cluster"], "error": view.error} for i in answer["clusters"]
+        ]
+        return
+    answer["metrics_missing"] = []
+    for item in answer["clusters"]:
+        stores = view.clusters.get(item["cluster"])
+        item["metrics"] = stores.as_json() if stores else {"stores": 0, "answering": 0, "errors": []}
+        if stores is None or stores.missing:
+            error = "; ".join(stores.errors[:2]) if stores else "no store with this cluster label"
+            answer["metrics_missing"].append({"cluster": item["cluster"], "error": error})
+    answer["metrics_unlabelled_stores"] = view.unlabelled
 
 
 def cluster_item(reply: Reply, url: str) -> dict[str, Any]:

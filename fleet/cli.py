@@ -70,6 +70,13 @@ def _seconds(value: str, option: str) -> float:
     help="How often each cluster's status is asked, so that fleetsight_fleet_cluster_up stays true.",
 )
 @click.option(
+    "--thanos-url",
+    envvar="FLEETSIGHT_FLEET_THANOS_URL",
+    default=None,
+    help="The global Thanos Query over every cluster's stores: /v1/clusters then says, per cluster, "
+    "whether its metrics can be read (by each store's `cluster` external label).",
+)
+@click.option(
     "--open-reads/--token-reads",
     default=True,
     show_default=True,
@@ -82,6 +89,7 @@ def serve(
     listen: str,
     timeout: str,
     poll_interval: str,
+    thanos_url: str | None,
     open_reads: bool,
     web_config_file: str | None = None,
 ) -> None:
@@ -109,7 +117,11 @@ def serve(
     tls = uvicorn_tls(web_config_file)
     from .api import create_app  # late: FastAPI only for the service, not for `fleet check`
 
-    app = create_app(FanOut(clusters, timeout_s), auth.TokenGuard(tokens, open_reads), poll_s)
+    if thanos_url is not None and not thanos_url.startswith(("http://", "https://")):
+        raise click.BadParameter(
+            f"{thanos_url!r}: want Thanos Query's http(s) URL", param_hint="--thanos-url"
+        )
+    app = create_app(FanOut(clusters, timeout_s), auth.TokenGuard(tokens, open_reads), poll_s, thanos_url)
     log.info("event=listening address=%s:%d clusters=%s", host, port, ",".join(c.name for c in clusters))
     run_server(app, host, port, tls, limit_concurrency=MAX_CONCURRENT_REQUESTS)
 

@@ -126,7 +126,7 @@ class FanOut:
     """Asks every cluster's health service the same question at once, each within ``timeout_s``."""
 
     def __init__(self, clusters: list[Cluster], timeout_s: float) -> None:
-        self.clusters = clusters
+        self.clusters, self.timeout_s = clusters, timeout_s
         self.clients = {c.name: self._client(c, timeout_s) for c in clusters}
 
     @staticmethod
