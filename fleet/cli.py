@@ -39,7 +39,15 @@ timeout_option = click.option(
 
 @click.group()
 def cli() -> None:
-    """The global layer: one read API over every cluster's health service (docs/fleet.md)."""
+    """The global layer: one read API over every cluster's health service (docs/fleet.md). Reads only;
+    each answer names the clusters that did not answer.
+
+    \b
+    Examples:
+      fleetsight fleet check --clusters-file /etc/fleetsight/fleet/clusters.yml
+      fleetsight fleet serve --clusters-file /etc/fleetsight/fleet/clusters.yml --listen 0.0.0.0:9450 \\
+          --thanos-url http://thanos-query:10902
+    """
 
 
 def _clusters(path: Path) -> list[Cluster]:

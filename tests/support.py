@@ -88,6 +88,17 @@ def free_port_base() -> int:
     raise RuntimeError("no free port range found")
 
 
+def quiet_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports, free now and below the ephemeral range (see free_port_base):
+    for servers started one after another, where a port picked by binding port 0 could meanwhile be
+    taken by an outgoing connection or handed out twice before its server binds it."""
+    base = free_port_base()
+    found = [port for port in range(base + 1, base + 100) if port_is_free(port)][:count]
+    if len(found) < count:
+        raise RuntimeError(f"fewer than {count} free ports above {base}")
+    return found
+
+
 @dataclass
 class StackEnv:
     run_dir: Path

@@ -99,7 +99,7 @@ def test_every_part_installs_with_the_operators_crds(release: Cluster) -> None:
         "full-fleetsight-dcgm-exporter", "full-fleetsight-node-agent"
     ]  # fmt: skip
     assert sorted(m["metadata"]["name"] for m in release.get(f"{group}/servicemonitors")["items"]) == [
-        f"full-fleetsight-{c}" for c in ("anomaly", "chatbot", "checks", "fabric-exporter", "health")
+        f"full-fleetsight-{c}" for c in ("anomaly", "chatbot", "checks", "fabric-exporter", "fleet", "health")
     ]
     path = "/apis/apps/v1/namespaces/full/daemonsets/full-fleetsight-dcgm-exporter"
     wait_until(

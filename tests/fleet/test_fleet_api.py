@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetsight.settings import REPO_ROOT
 from health.component import serve_command
-from support import FLEETSIGHT, Process, free_port, installed, prometheus_server, stopping, wait_until
+from support import FLEETSIGHT, Process, installed, prometheus_server, quiet_ports, stopping, wait_until
 
 A_TOKEN = "a-read-token-0123456789"
 NODES = {"a": ["a-n001", "a-n002", "dgx-017"], "b": ["b-n001", "dgx-017"]}
@@ -63,14 +63,13 @@ def job_history(folder: Path) -> Path:
     return folder
 
 
-def health_cluster(root: Path, name: str, prometheus: str | None, token_reads: bool) -> Cluster:
+def health_cluster(root: Path, name: str, prometheus: str | None, token_reads: bool, port: int) -> Cluster:
     folder = root / name
     folder.mkdir()
     (folder / "nodes.txt").write_text("\n".join(NODES[name]) + "\n")
     policy = yaml.safe_load((REPO_ROOT / "health" / "policy.yml").read_text())
     policy["api"]["open_reads"] = not token_reads
     (folder / "policy.yml").write_text(yaml.safe_dump(policy))
-    port = free_port()
     # the cluster's name from the environment, as the packages and the chart give it
     env = {**os.environ, "FLEETSIGHT_CLUSTER": name, "FLEETSIGHT_HEALTH_TOKENS": f"{A_TOKEN}=read"}
     command = serve_command(
@@ -95,15 +94,15 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")
     with prometheus_server(job_history(root / "prometheus-a"), {"global": {}}) as prometheus:
-        a = health_cluster(root, "a", prometheus, token_reads=True)
-        b = health_cluster(root, "b", None, token_reads=False)
+        a_port, b_port, port = quiet_ports(3)  # chosen at once: b restarts on its own port later
+        a = health_cluster(root, "a", prometheus, token_reads=True, port=a_port)
+        b = health_cluster(root, "b", None, token_reads=False, port=b_port)
         (root / "a.token").write_text(A_TOKEN + "\n")
         clusters = [
             {"name": "a", "health": a.url, "token_file": str(root / "a.token")},
             {"name": "b", "health": b.url},
         ]
         (root / "clusters.yml").write_text(yaml.safe_dump({"clusters": clusters}))
-        port = free_port()
         command = [
             *FLEETSIGHT, "fleet", "serve", "--clusters-file", str(root / "clusters.yml"),
             "--listen", f"127.0.0.1:{port}", "--timeout", "3s", "--poll-interval", "1s",

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetsight.settings import Settings
 from metrics.install import THANOS_BUILD
-from support import FLEETSIGHT, Process, free_port, installed, stopping, wait_until
+from support import FLEETSIGHT, Process, installed, quiet_ports, stopping, wait_until
 
 SCRAPE_S = 2
 
@@ -40,6 +40,7 @@ class ClusterMetrics:
     folder: Path
     prometheus_port: int
     grpc_port: int
+    http_port: int
     processes: list[Process]
 
     def start(self) -> None:
@@ -70,7 +71,7 @@ class ClusterMetrics:
             [
                 thanos(), "sidecar", f"--tsdb.path={self.folder / 'data'}",
                 f"--prometheus.url=http://127.0.0.1:{self.prometheus_port}",
-                f"--grpc-address=127.0.0.1:{self.grpc_port}", f"--http-address=127.0.0.1:{free_port()}",
+                f"--grpc-address=127.0.0.1:{self.grpc_port}", f"--http-address=127.0.0.1:{self.http_port}",
             ],
             self.folder / "sidecar.log",
         )  # fmt: skip
@@ -99,26 +100,27 @@ class Global:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Global]:
     root = tmp_path_factory.mktemp("fleet-thanos")
+    ports = iter(quiet_ports(12))  # every server's port chosen at once: none can take another's
     clusters = {}
     for name in ("a", "b"):
         (root / name).mkdir()
-        clusters[name] = ClusterMetrics(name, root / name, free_port(), free_port(), [])
+        clusters[name] = ClusterMetrics(name, root / name, next(ports), next(ports), next(ports), [])
         clusters[name].start()
-    query_port = free_port()
+    query_port = next(ports)
     query = Process(
         "thanos-query",
         [
             thanos(), "query", f"--http-address=127.0.0.1:{query_port}",
-            f"--grpc-address=127.0.0.1:{free_port()}",
+            f"--grpc-address=127.0.0.1:{next(ports)}",
             "--query.replica-label=replica", "--query.partial-response",
             *(f"--endpoint=127.0.0.1:{c.grpc_port}" for c in clusters.values()),
         ],
         root / "query.log",
     )  # fmt: skip
     # the clusters' health services are not part of this test: their ports are closed
-    entries = [{"name": name, "health": f"http://127.0.0.1:{free_port()}"} for name in clusters]
+    entries = [{"name": name, "health": f"http://127.0.0.1:{next(ports)}"} for name in clusters]
     (root / "clusters.yml").write_text(yaml.safe_dump({"clusters": entries}))
-    layer_port = free_port()
+    layer_port = next(ports)
     layer = Process(
         "fleet",
         [

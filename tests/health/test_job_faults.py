@@ -260,7 +260,9 @@ def test_the_chatbot_answers_why_a_job_is_slow_from_its_faults(health: str) -> N
     answerer = Answerer(ChatConfig(repo_root=REPO, live=sources))
     answer = answerer.answer("why is job 4711 slow?")
     faults = [e["summary"] for e in answer.evidence if e["subject"] == "job 4711"]
-    assert "job 4711: InfiniBand port mlx5_2/1 on n0004 is flapping (leaf leaf-01 port 7) (firing)" in faults
+    # the job's answer names its cluster (its fleetsight_job_node_info's label), and the fact says it
+    flapping = "job 4711 (cluster test): InfiniBand port mlx5_2/1 on n0004 is flapping (leaf leaf-01 port 7)"
+    assert f"{flapping} (firing)" in faults
     assert any("n0002" in f and "resolved" in f for f in faults), faults
     named = {"docs/runbooks/InfiniBandLinkFlapping.md", "docs/runbooks/GPUXidUncorrectable.md"}
     assert named <= set(answer.cited_files[:3]), answer.cited_files
