@@ -44,29 +44,25 @@ class Watch:
         self.fanout, self.thanos_url = fanout, thanos_url
         self.thanos = httpx.AsyncClient(timeout=fanout.timeout_s) if thanos_url else None
         self.registry = CollectorRegistry()
-        self.up = Gauge(
+
+        def per_cluster(name: str, meaning: str) -> Gauge:
+            return Gauge(name, meaning, ["cluster"], registry=self.registry)
+
+        self.up = per_cluster(
             "fleetsight_fleet_cluster_up",
             "1 when the cluster's health service gave a usable answer to the last request, else 0",
-            ["cluster"],
-            registry=self.registry,
         )
-        self.seconds = Gauge(
+        self.seconds = per_cluster(
             "fleetsight_fleet_cluster_answer_seconds",
             "How long the cluster's health service took to answer the last request (or to fail)",
-            ["cluster"],
-            registry=self.registry,
         )
-        self.answered = Gauge(
+        self.answered = per_cluster(
             "fleetsight_fleet_cluster_last_answer_timestamp_seconds",
             "When the cluster's health service last gave a usable answer",
-            ["cluster"],
-            registry=self.registry,
         )
-        self.metrics_up = Gauge(
+        self.metrics_up = per_cluster(
             "fleetsight_fleet_cluster_metrics_up",
             "1 when the global Thanos Query reads at least one of the cluster's stores, else 0",
-            ["cluster"],
-            registry=self.registry,
         )
         for cluster in fanout.clusters:
             self.up.labels(cluster.name).set(0)
@@ -97,13 +93,17 @@ class Watch:
     async def poll(self, interval_s: float) -> None:
         """Ask every cluster's status every ``interval_s``, so that the series stay true without traffic."""
         while True:
-            with contextlib.suppress(Exception):  # one bad round must not end the poll; the next retries
+            try:
                 for reply in await self.ask(STATUS_PATH):
                     if reply.missing:
                         log.warning(
                             "event=cluster_missing cluster=%s error=%s", reply.cluster, reply.why_missing()
                         )
-                await self.stores()
+                view = await self.stores()
+                if view is not None and view.error:
+                    log.warning("event=thanos_unreadable error=%s", view.error)
+            except Exception:  # one bad round must not end the poll: said, and the next round retries
+                log.exception("event=poll_failed")
             await asyncio.sleep(interval_s)
 
 
