@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import yaml
 
 from fleetsight.components import Component, http_ok, missing_binary
-from fleetsight.settings import Settings
+from fleetsight.settings import SLACK_STAND_IN_ENV, Settings
 from fleetsight.setup import apt_step
 from fleetsight.supervisor import runs_here
 
@@ -70,6 +70,11 @@ def slack_record_file(settings: Settings) -> Path:
     return settings.data_dir("slack-sink") / "messages.jsonl"
 
 
+def slack_stand_in_url(settings: Settings) -> str:
+    """The webhook URL of the stack's Slack stand-in (what a real Slack incoming webhook would be)."""
+    return settings.url("slack_sink", "/services/local/webhook")
+
+
 def secrets_dir(settings: Settings) -> Path:
     """Where the local stack reads the secrets that production mounts under /etc/alertmanager/secrets/."""
     configured = os.environ.get(SECRETS_DIR_ENV)
@@ -83,7 +88,9 @@ def write_stand_in_secret(settings: Settings) -> None:
     folder = secrets_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
     secret = folder / SLACK_SECRET
-    secret.write_text(settings.url("slack_sink", "/services/local/webhook"))
+    # FLEETSIGHT_SLACK_STAND_IN_URL: another stack's stand-in (with `fleetsight up --clusters N` every
+    # cluster's pair posts to the global layer's one: a fleet has one Slack workspace).
+    secret.write_text(os.environ.get(SLACK_STAND_IN_ENV) or slack_stand_in_url(settings))
     secret.chmod(0o600)
     token = folder / HEALTH_TOKEN_SECRET
     if not token.exists():  # kept across restarts: the running health service holds it

@@ -21,13 +21,16 @@ def env(settings: Settings) -> dict[str, str]:
 
 
 def command(settings: Settings) -> list[str]:
+    """On a Slurm-shaped twin the jobs come from its slurmrestd; on a Kubernetes-shaped one (no Slurm)
+    from the pod labels dcgm-exporter puts on the GPUs, as on a real Kubernetes cluster."""
+    slurm = settings.scheduler == "slurm"
+    jobs = ["--slurm-url", settings.url("twin", "/slurm/v0.0.40/jobs")] if slurm else []
     return fleetsight_command(
         "anomaly",
         "serve",
         "--prometheus-url",
         settings.url("prometheus"),
-        "--slurm-url",
-        settings.url("twin", "/slurm/v0.0.40/jobs"),
+        *jobs,
         "--listen",
         f"{settings.host}:{settings.port('anomaly')}",
     )

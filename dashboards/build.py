@@ -22,7 +22,7 @@ from grafana_foundation_sdk.builders import (
     timeseries,
 )
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh
 
 from . import catalog, model
 
@@ -88,13 +88,22 @@ def panel(spec: model.Panel) -> Any:
 def variable(spec: model.Variable) -> Any:
     if spec.constant:
         return dashboard.ConstantVariable(spec.name).label(spec.label).value(spec.query)
-    return (
+    built = (
         dashboard.QueryVariable(spec.name)
         .label(spec.label)
         .query(spec.query)
         .datasource(datasource(model.PROMETHEUS))
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
+    if spec.multi:
+        built = built.multi(True)
+    if spec.include_all:
+        built = built.include_all(True)
+    if spec.all_value:
+        # "All" selected when the dashboard opens: every cluster, the same numbers as before there were many
+        all_option = VariableOption(selected=True, text="All", value="$__all")
+        built = built.all_value(spec.all_value).current(all_option)
+    return built
 
 
 def build(spec: model.Dashboard) -> dict[str, Any]:

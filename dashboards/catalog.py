@@ -12,7 +12,7 @@ from .executive import FLEET_KPIS
 from .facilities import POWER_AND_COOLING
 from .model import Dashboard
 from .researcher import MY_JOB
-from .sysadmin import FLEET_HEALTH, NODE_DRILLDOWN, STACK_HEALTH
+from .sysadmin import FLEET, FLEET_HEALTH, NODE_DRILLDOWN, STACK_HEALTH
 
 DASHBOARDS: tuple[Dashboard, ...] = (
     MY_JOB,
@@ -21,4 +21,5 @@ DASHBOARDS: tuple[Dashboard, ...] = (
     POWER_AND_COOLING,
     FLEET_KPIS,
     STACK_HEALTH,
+    FLEET,
 )

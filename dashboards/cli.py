@@ -160,19 +160,39 @@ def report(results: list[verify.QueryResult]) -> str:
 )
 @click.option("--logs", "logs_url", default=None, help="OpenSearch/Elasticsearch URL for the logs panels.")
 @click.option("--chat-url", default=None, help="The chat page to link from the home and overview pages.")
+@click.option(
+    "--fleet-url",
+    default=None,
+    help="The global layer's API (fleetsight fleet serve) for the /fleet page: each cluster, whether it "
+    "answers, its node states; without it /fleet shows only what Prometheus/Thanos tells per cluster.",
+)
+@click.option(
+    "--fleet-token-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A token with scope `read` on the global layer (if it was started with --token-reads).",
+)
 def serve_command(
-    listen: str | None, prometheus_url: str | None, logs_url: str | None, chat_url: str | None
+    listen: str | None,
+    prometheus_url: str | None,
+    logs_url: str | None,
+    chat_url: str | None,
+    fleet_url: str | None,
+    fleet_token_file: Path | None,
 ) -> None:
     """Draw the persona dashboards in a browser, from the committed Grafana JSON (what production Grafana
     provisions), every query run against the real Prometheus/Thanos and OpenSearch; plus a fleet overview
-    (/overview: every node's health by rack, firing alerts, stragglers). Not Grafana: readable, and the
-    same numbers.
+    (/overview: every node's health by rack, firing alerts, stragglers) and the fleet's clusters side by
+    side (/fleet: from the global layer at --fleet-url, and Thanos). Not Grafana: readable, and the
+    same numbers. --logs and --fleet-url are optional: without them the pages say what they lack.
 
     \b
     Examples:
       fleetsight dashboards serve                       on the local stack (make up starts it)
       fleetsight dashboards serve --listen 127.0.0.1:3001 --prometheus http://thanos:10902 \\
           --logs http://127.0.0.1:9200
+      fleetsight dashboards serve --prometheus http://global-query:10902 \\
+          --fleet-url http://fleet.example:9450        the global view: no logs, every cluster
     """
     from .npm import echarts_file
     from .viewer.app import Sources, create_app
@@ -182,5 +202,13 @@ def serve_command(
     charts = echarts_file(settings)
     if not charts.is_file():
         raise click.ClickException(f"{charts} is missing: run `fleetsight setup --only echarts`")
-    sources = Sources(prometheus_url or settings.url("thanos_query"), logs_url, chat_url)
+    token = None
+    if fleet_token_file is not None:
+        from fleetsight.secrets import SecretFileError, read_secret_file
+
+        try:
+            token = read_secret_file(fleet_token_file, "--fleet-token-file")
+        except SecretFileError as exc:
+            raise click.ClickException(str(exc)) from None
+    sources = Sources(prometheus_url or settings.url("thanos_query"), logs_url, chat_url, fleet_url, token)
     run_server(create_app(sources, charts), host, port, limit_concurrency=64)

@@ -16,3 +16,8 @@ CLOCK_EVENTS = f"max without (__name__) ({promql_selector_any('DCGM_FI_DEV_CLOCK
 # PromQL has no bitwise operators: bit b of the clock-event reasons is floor(x / b) % 2.
 POWER_BRAKE = f"floor({CLOCK_EVENTS} / 128) % 2 == 1"
 THERMAL = f"(floor({CLOCK_EVENTS} / 32) % 2 + floor({CLOCK_EVENTS} / 64) % 2) > 0"
+# Per-cluster figures of the fleet page (dashboards/viewer/fleet.py) and the fleet dashboard (sysadmin.py);
+# unfiltered here: the dashboard's queries get the cluster variable's matcher (model.q), the page's do not.
+FIRING_BY_CLUSTER = 'count by (cluster) (ALERTS{alertstate="firing"})'
+GPUS_BY_CLUSTER = "count by (cluster) (DCGM_FI_DEV_GPU_TEMP)"
+FIRING = 'ALERTS{alertstate="firing"}'

@@ -7,14 +7,17 @@ One module per persona, so that a change to what one persona sees touches only t
 
 from __future__ import annotations
 
-from .model import Dashboard, Panel, Row, Variable, q
+from .model import CLUSTER, Dashboard, Panel, Row, Variable, q
 
 FLEET_KPIS = Dashboard(
     uid="fleetsight-kpis",
     title="FleetSight: fleet KPIs",
     persona="executive",
     question="Are we getting the training we pay for?",
-    variables=(Variable("price_per_kwh", "Energy price per kWh", "0.12", constant=True),),
+    variables=(
+        CLUSTER,
+        Variable("price_per_kwh", "Energy price per kWh", "0.12", constant=True),
+    ),
     rows=(
         Row(
             "This period",

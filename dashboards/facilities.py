@@ -7,14 +7,17 @@ One module per persona, so that a change to what one persona sees touches only t
 from __future__ import annotations
 
 from .common_queries import POWER_BRAKE, RUNBOOKS, THERMAL
-from .model import Dashboard, Panel, Row, Variable, q
+from .model import CLUSTER, Dashboard, Panel, Row, Variable, q
 
 POWER_AND_COOLING = Dashboard(
     uid="fleetsight-power",
     title="FleetSight: power and cooling",
     persona="facilities",
     question="Are we within power and cooling limits, and which racks or GPUs are near them?",
-    variables=(Variable("node_capacity_watts", "Power capacity per node (W)", "10200", constant=True),),
+    variables=(
+        CLUSTER,
+        Variable("node_capacity_watts", "Power capacity per node (W)", "10200", constant=True),
+    ),
     rows=(
         Row(
             "Power",

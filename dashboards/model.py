@@ -8,7 +8,10 @@ facilities.py, executive.py), the JSON builder (dashboards/build.py) and the que
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from . import clusters
 
 PROMETHEUS = "thanos"  # datasource uid (dashboards/provisioning/datasources/thanos.yml)
 LOGS = "logs"  # datasource uid (dashboards/provisioning/datasources/logs.yml)
@@ -52,6 +55,10 @@ class Variable:
     query: str
     """A PromQL ``label_values(...)`` query, or the value of a constant."""
     constant: bool = False
+    multi: bool = False
+    include_all: bool = False
+    all_value: str = ""
+    """Grafana's Custom all value (sent unescaped when All is selected); "All" is then the default."""
 
 
 @dataclass(frozen=True)
@@ -68,5 +75,30 @@ class Dashboard:
         return [panel for row in self.rows for panel in row.panels]
 
 
+# Every dashboard's first variable: the clusters (dashboards/clusters.py), "All" by default.
+CLUSTER = Variable(
+    clusters.NAME,
+    clusters.LABEL,
+    clusters.QUERY,
+    multi=True,
+    include_all=True,
+    all_value=clusters.ALL_VALUE,
+)
+
+
+def by_cluster(query: str) -> str:
+    """A ``label_values(selector, label)`` of a dashboard variable restricted to the chosen clusters."""
+    match = re.fullmatch(r"label_values\((.+), *(\w+)\)", query)
+    if match is None:
+        raise ValueError(f"not a label_values(selector, label) query: {query!r}")
+    return f"label_values({clusters.on_cluster(match.group(1))}, {match.group(2)})"
+
+
 def q(expr: str, legend: str = "", instant: bool = False) -> Query:
-    return Query(" ".join(expr.split()), legend, instant)
+    """A PromQL query, every selector filtered on the cluster variable (``cluster=~"$cluster"``)."""
+    return Query(clusters.on_cluster(" ".join(expr.split())), legend, instant)
+
+
+def logs(lucene: str, legend: str, metric: str) -> Query:
+    """A logs (Lucene) query of the documents of the chosen clusters (``fleetsight.cluster``)."""
+    return Query(f"{clusters.LUCENE} AND {lucene}", legend, datasource=LOGS, metric=metric)

@@ -9,7 +9,7 @@ health services publish; ``$hpc_job`` and ``$__range``-style variables are Grafa
 from __future__ import annotations
 
 from .common_queries import RUNBOOKS
-from .model import LOGS, Dashboard, Panel, Query, Row, Variable, q
+from .model import CLUSTER, Dashboard, Panel, Row, Variable, by_cluster, logs, q
 
 JOB = 'hpc_job="$hpc_job"'
 # The job's nodes from the one job identity: node:hpc_job:current (rules/recording.yml) is the anomaly
@@ -24,7 +24,10 @@ MY_JOB = Dashboard(
     title="FleetSight: my job",
     persona="researcher",
     question="Is my job healthy, and if it is slow, which node slows it and why?",
-    variables=(Variable("hpc_job", "Job", "label_values(node:hpc_job:current, hpc_job)"),),
+    variables=(
+        CLUSTER,
+        Variable("hpc_job", "Job", by_cluster("label_values(node:hpc_job:current, hpc_job)")),
+    ),
     rows=(
         Row(
             "Who sets the pace",
@@ -86,11 +89,10 @@ MY_JOB = Dashboard(
                     "Step time",
                     "timeseries",
                     (
-                        Query(
+                        logs(
                             "fleetsight.hpc_job:$hpc_job AND event.action:training_progress",
                             "step time",
-                            datasource=LOGS,
-                            metric="training.step_time_ms",
+                            "training.step_time_ms",
                         ),
                     ),
                     unit="ms",
@@ -100,11 +102,10 @@ MY_JOB = Dashboard(
                     "Loss",
                     "timeseries",
                     (
-                        Query(
+                        logs(
                             "fleetsight.hpc_job:$hpc_job AND event.action:training_progress",
                             "loss",
-                            datasource=LOGS,
-                            metric="training.loss",
+                            "training.loss",
                         ),
                     ),
                     needs="logs",

@@ -1,6 +1,6 @@
 # ruff: noqa: E501  (PromQL reads best on one line; the queries are the point of this file)
 """The sysadmin's dashboards: what is broken right now and where (fleet health), everything about one
-node, and whether the monitoring itself works (stack health).
+node, whether the monitoring itself works (stack health), and the fleet's clusters side by side.
 
 One module per persona, so that a change to what one persona sees touches only that persona's file.
 ``$node`` is Grafana's variable of the node drill-down.
@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from fleetsight.dcgm import promql_selector_any
 
-from .common_queries import POWER_BRAKE, RUNBOOKS, THERMAL
-from .model import Dashboard, Panel, Row, Variable, q
+from .common_queries import FIRING, FIRING_BY_CLUSTER, GPUS_BY_CLUSTER, POWER_BRAKE, RUNBOOKS, THERMAL
+from .model import CLUSTER, Dashboard, Panel, Row, Variable, by_cluster, q
 
 FLEET_HEALTH = Dashboard(
     uid="fleetsight-fleet-health",
     title="FleetSight: fleet health",
     persona="sysadmin",
     question="What is broken right now, where, and what do I do about it?",
+    variables=(CLUSTER,),
     rows=(
         Row(
             "Now",
@@ -164,7 +165,10 @@ NODE_DRILLDOWN = Dashboard(
     title="FleetSight: one node",
     persona="sysadmin",
     question="Everything about this one node.",
-    variables=(Variable("node", "Node", "label_values(DCGM_FI_DEV_POWER_USAGE, node)"),),  # GPU nodes
+    variables=(
+        CLUSTER,
+        Variable("node", "Node", by_cluster("label_values(DCGM_FI_DEV_POWER_USAGE, node)")),  # GPU nodes
+    ),
     rows=(
         Row(
             "GPUs",
@@ -252,6 +256,7 @@ STACK_HEALTH = Dashboard(
     persona="sysadmin",
     question="Is the monitoring itself working?",
     tags=("fleetsight", "stack"),
+    variables=(CLUSTER,),
     rows=(
         Row(
             "Scrapes",
@@ -265,6 +270,77 @@ STACK_HEALTH = Dashboard(
                     "table",
                     (q("fleetsight_collector_success == 0", instant=True),),
                     width=24,
+                ),
+            ),
+        ),
+    ),
+)
+
+FLEET = Dashboard(
+    uid="fleetsight-fleet",
+    title="FleetSight: the fleet's clusters",
+    persona="sysadmin",
+    question="Which clusters answer, and what is firing where?",
+    variables=(CLUSTER,),
+    rows=(
+        Row(
+            "Clusters",
+            (
+                Panel(
+                    "Health service answers the global layer (1 yes, 0 no)",
+                    "bargauge",
+                    (q("max by (cluster) (fleetsight_fleet_cluster_up)", "{{cluster}}", instant=True),),
+                    description="As the global layer (fleetsight fleet serve) saw it on its last request or "
+                    "poll: a 0 is a cluster it could not read (FleetClusterMissing).",
+                    width=8,
+                    needs="global layer",
+                ),
+                Panel(
+                    "Metrics answer the global Thanos Query (1 yes, 0 no)",
+                    "bargauge",
+                    (
+                        q(
+                            "max by (cluster) (fleetsight_fleet_cluster_metrics_up)",
+                            "{{cluster}}",
+                            instant=True,
+                        ),
+                    ),
+                    description="Thanos Query leaves a store that is down out of its answers without a "
+                    "warning: a 0 here is a cluster missing from every fleet-wide sum.",
+                    width=8,
+                    needs="global layer with --thanos-url",
+                ),
+                Panel(
+                    "GPUs reporting, by cluster",
+                    "bargauge",
+                    (q(GPUS_BY_CLUSTER, "{{cluster}}", instant=True),),
+                    width=8,
+                ),
+                Panel(
+                    "Firing alerts, by cluster",
+                    "bargauge",
+                    (q(FIRING_BY_CLUSTER, "{{cluster}}", instant=True),),
+                    width=8,
+                ),
+                Panel(
+                    "Nodes by health state, by cluster",
+                    "bargauge",
+                    (
+                        q(
+                            "count by (cluster, state) (fleetsight_node_health_state == 1)",
+                            "{{cluster}} {{state}}",
+                            instant=True,
+                        ),
+                    ),
+                    width=16,
+                    needs="health service",
+                ),
+                Panel(
+                    "Firing alerts with their cluster (click for the runbook)",
+                    "table",
+                    (q(FIRING, instant=True),),
+                    width=24,
+                    link=RUNBOOKS + "/${__data.fields.alertname}.md",
                 ),
             ),
         ),

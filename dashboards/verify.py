@@ -91,7 +91,8 @@ def variable_values(
     dashboard: dict[str, Any], chosen: Mapping[str, Choice]
 ) -> dict[str, templating.Selected]:
     """The dashboard's variables: constants at their value, the others at the choice given (formatted by
-    the variable's own `multi`, `includeAll` and `allValue`)."""
+    the variable's own `multi`, `includeAll` and `allValue`); one not chosen whose saved choice is All
+    (the cluster variable) at All, as Grafana opens the dashboard."""
     values: dict[str, templating.Selected] = {}
     for variable in dashboard.get("templating", {}).get("list", []):
         name = variable["name"]
@@ -102,7 +103,17 @@ def variable_values(
             )
         elif variable.get("type") == "constant":
             values[name] = templating.Selected((str(variable.get("query", "")),))
+        elif opens_at_all(variable):
+            values[name] = templating.selection(variable, [templating.ALL])
     return values
+
+
+def opens_at_all(variable: Mapping[str, Any]) -> bool:
+    """Whether the dashboard opens with the variable at All and a custom all value (needs no options)."""
+    current = variable.get("current") or {}
+    value = current.get("value")
+    saved = value[0] if isinstance(value, list) and value else value
+    return bool(variable.get("includeAll")) and bool(variable.get("allValue")) and saved == templating.ALL
 
 
 class Runner:

@@ -118,18 +118,26 @@ def panel_queries() -> list[tuple[model.Dashboard, model.Panel, model.Query]]:
     ]
 
 
-def resolve_variables(prom: Prometheus, start: float, end: float) -> dict[str, str]:
-    """Each dashboard variable as Grafana would resolve it: its first value over the span."""
-    values: dict[str, str] = {}
+def resolve_variables(prom: Prometheus, start: float, end: float) -> dict[str, str | templating.Selected]:
+    """Each dashboard variable as Grafana would resolve it: its first value over the span; one with a
+    custom all value (the cluster variable) at All, as the dashboards open; a variable's selector with
+    the variables before it filled in (the nodes of the chosen clusters)."""
+    values: dict[str, str | templating.Selected] = {}
     for spec in catalog.DASHBOARDS:
         for variable in spec.variables:
             if variable.constant:
                 values[variable.name] = variable.query
                 continue
-            label = re.fullmatch(r"label_values\(([\w:]+), (\w+)\)", variable.query)
+            if variable.all_value:
+                values[variable.name] = templating.Selected(
+                    (), variable.multi, variable.include_all, all_selected=True, all_value=variable.all_value
+                )
+                continue
+            label = re.fullmatch(r"label_values\((.+), *(\w+)\)", variable.query)
             if label is None:
                 continue
-            found = prom.label_values(label.group(2), label.group(1), start=f"{start:.0f}", end=f"{end:.0f}")
+            selector = templating.interpolate(label.group(1), values)
+            found = prom.label_values(label.group(2), selector, start=f"{start:.0f}", end=f"{end:.0f}")
             if found:
                 values[variable.name] = sorted(found)[0]
     return values
@@ -156,7 +164,8 @@ def run_range_queries(
                 continue
             reason = "" if series else why_empty(panel, expr)
             results.append(PanelResult(spec.uid, panel.title, expr, series, why_empty=reason))
-    return variables, results
+    shown = {name: value if isinstance(value, str) else "All" for name, value in variables.items()}
+    return shown, results
 
 
 def check_history(

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from fleetsight import auth
 
 from .clusters import FanOut, Reply
-from .stores import StoreView, read_stores
+from .stores import ClusterStores, StoreView, read_stores
 
 log = logging.getLogger("fleet")
 
@@ -233,9 +233,9 @@ def add_metrics(answer: dict[str, Any], view: StoreView) -> None:
     answer["metrics_missing"] = []
     for item in answer["clusters"]:
         stores = view.clusters.get(item["cluster"])
-        item["metrics"] = stores.as_json() if stores else {"stores": 0, "answering": 0, "errors": []}
+        item["metrics"] = (stores or ClusterStores()).as_json()
         if stores is None or stores.missing:
-            error = "; ".join(stores.errors[:2]) if stores else "no store with this cluster label"
+            error = stores.why_missing() if stores else "no store with this cluster label"
             answer["metrics_missing"].append({"cluster": item["cluster"], "error": error})
     answer["metrics_unlabelled_stores"] = view.unlabelled
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
+import os
 import re
 import signal
 import sys
@@ -14,9 +16,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fleetsight import __version__, registry, stack
+from fleetsight import __version__, clusters, registry, stack
 from fleetsight import setup as setup_mod
-from fleetsight.settings import Settings
+from fleetsight.settings import SCHEDULER_ENV, TWIN_SCENARIO_ENV, Settings
 
 console = Console()
 STATUS_STYLE = {
@@ -270,45 +272,153 @@ def print_urls(rows: list[stack.Row]) -> None:
 
 @main.command(short_help="start the stack, or the named components, and print their URLs")
 @click.argument("components", nargs=-1)
-@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for readiness.")
+@click.option(
+    "--clusters",
+    "cluster_count",
+    type=click.IntRange(1, None),
+    default=1,
+    show_default=True,
+    help="Twin clusters to run, each with its own stack, and above them the global layer (2: a Slurm "
+    "cluster and a Kubernetes-shaped one; docs/fleet.md).",
+)
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    metavar="SCENARIO",
+    help="The twin's scenario (a YAML path or a shipped name: `fleetsight twin scenarios`); repeated, one "
+    "cluster each, in order (the cluster is named by its scenario). Default: the demo.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="Seconds to wait for readiness (default 300; 600 with several clusters).",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C stops the stack.")
-def up(components: tuple[str, ...], timeout: float, foreground: bool) -> None:
+def up(
+    components: tuple[str, ...],
+    cluster_count: int,
+    scenarios: tuple[str, ...],
+    timeout: float | None,
+    foreground: bool,
+) -> None:
     """Start the stack (or the named COMPONENTS and their dependencies) on loopback ports.
 
     Each component runs as a supervised process (restarted if it crashes, the restart logged);
     logs, configuration and data go under the run folder (FLEETSIGHT_RUN_DIR, default ./run).
     Returns once every component is ready, or failed, and prints where each one listens.
 
+    With --clusters 2 (or one --scenario per cluster) each cluster runs its own whole stack (or the named
+    COMPONENTS), from run/clusters/<name> on ports 1000 and 2000 above the base, and the global layer runs
+    above them on the base ports: a global Thanos Query, the read API, its Prometheus and alert, one Slack
+    stand-in for all clusters, and the dashboard viewer with the fleet page. About 3 GiB of memory per
+    cluster.
+
     \b
     Examples:
       fleetsight up                          the whole stack on the twin's demo scenario
       fleetsight up prometheus               Prometheus and what it depends on
+      fleetsight up --scenario mixed_day     the stack on another shipped scenario
+      fleetsight up --clusters 2             two clusters (Slurm, Kubernetes) and the global layer
       FLEETSIGHT_PORT_BASE=29000 fleetsight up   a second stack beside the first
     """
     settings = stack_settings()
+    several = cluster_count > 1 or len(scenarios) > 1
+    wait_s = timeout if timeout is not None else (600.0 if several else 300.0)
     try:
-        with Live(render_rows([], "starting..."), console=console, transient=True) as live:
-            rows = stack.up(
-                settings,
-                list(components),
-                timeout,
-                on_progress=lambda r: live.update(render_rows(r, "starting...")),
-            )
+        if several:
+            titled = start_clusters(settings, list(components), cluster_count, scenarios, wait_s)
+        else:
+            titled = [start_one(settings, list(components), scenarios, wait_s)]
     except stack.StackError as exc:
         raise click.ClickException(str(exc)) from exc
-    console.print(render_rows(rows, f"FleetSight stack (run folder {settings.run_dir})"))
-    print_urls(rows)
-    bad = [r for r in rows if r.status != "ready"]
+    for title, rows in titled:
+        console.print(render_rows(rows, title))
+        print_urls(rows)
+    bad = [r for _, rows in titled for r in rows if r.status != "ready"]
     console.print(f"logs: {settings.run_dir / 'logs'}   stop with: fleetsight down")
     if foreground:
         try:
             while True:
                 time.sleep(1)
         except KeyboardInterrupt:
-            stack.down(settings)
+            stop_all(settings)
             console.print("stopped.")
     if bad:
         sys.exit(1)
+
+
+def start_one(
+    settings: Settings, components: list[str], scenarios: tuple[str, ...], wait_s: float
+) -> tuple[str, list[stack.Row]]:
+    """One cluster's stack; with a scenario, named by it unless FLEETSIGHT_CLUSTER names it."""
+    env: dict[str, str] = {}
+    if scenarios:
+        try:
+            facts = clusters.describe_scenario(scenarios[0])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--scenario") from None
+        env = {TWIN_SCENARIO_ENV: facts["path"], SCHEDULER_ENV: facts["scheduler"]}
+        named = os.environ.get("FLEETSIGHT_CLUSTER") or facts["cluster"]
+        settings = dataclasses.replace(settings, cluster=named, twin_scenario=facts["path"])
+    with Live(render_rows([], "starting..."), console=console, transient=True) as live:
+        launched = stack.start(settings, components, env)
+        rows = stack.wait([launched], wait_s, lambda r: live.update(render_rows(r, "starting...")))[0]
+    return f"FleetSight stack (run folder {settings.run_dir})", rows
+
+
+def start_clusters(
+    settings: Settings, components: list[str], count: int, scenarios: tuple[str, ...], wait_s: float
+) -> list[tuple[str, list[stack.Row]]]:
+    """Every cluster's stack and the global layer, started together (none needs another up to start)."""
+    try:
+        planned = clusters.plan(settings, count, scenarios)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--clusters/--scenario") from None
+    if stack.supervisor_pid(settings):
+        raise stack.StackError(
+            f"a stack is already running from {settings.run_dir} (see `fleetsight status`; stop it with "
+            "`fleetsight down`)"
+        )
+    clusters.write_plan(settings, planned)
+    titles = [f"global layer ({settings.run_dir})"] + [
+        f"cluster {c.name} ({c.settings.run_dir}, ports from {c.settings.port_base})" for c in planned
+    ]
+    launched: list[stack.Launched] = []
+    try:
+        launched.append(stack.start(settings, clusters.global_components()))
+        for cluster in planned:
+            launched.append(stack.start(cluster.settings, components, cluster.env(settings)))
+    except stack.StackError:
+        for item in launched:
+            stack.down(item.settings)
+        clusters.forget_plan(settings)
+        raise
+
+    def progress(rows: list[list[stack.Row]]) -> Table:
+        every = [prefixed(r, t) for t, got in zip(titles, rows, strict=True) for r in got]
+        return render_rows(every, "starting...")
+
+    with Live(render_rows([], "starting..."), console=console, transient=True) as live:
+        rows = stack.wait(launched, wait_s, lambda got: live.update(progress(got)))
+    return list(zip(titles, rows, strict=True))
+
+
+def prefixed(row: stack.Row, title: str) -> stack.Row:
+    where = title.split(" (")[0].removeprefix("cluster ")
+    return dataclasses.replace(row, name=f"{where}/{row.name}")
+
+
+def stack_folders(settings: Settings) -> list[tuple[str, Settings]]:
+    """The stacks run from this run folder: the one stack, or the global layer and every cluster."""
+    try:
+        planned = clusters.read_plan(settings)
+    except clusters.PlanError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not planned:
+        return [("FleetSight stack", settings)]
+    return [("global layer", settings)] + [(f"cluster {c.name}", c.settings) for c in planned]
 
 
 @main.command(short_help="show what runs and whether it is healthy")
@@ -316,7 +426,8 @@ def status() -> None:
     """Show each component of the running stack and whether it is healthy (exits 1 if not).
 
     Each component that was ready is checked again now (is its process alive, does its readiness
-    check still pass?), so a crash or a hang shows here even between restarts.
+    check still pass?), so a crash or a hang shows here even between restarts. After `up --clusters N`,
+    the global layer and every cluster, one table each.
 
     \b
     Examples:
@@ -324,15 +435,35 @@ def status() -> None:
       FLEETSIGHT_RUN_DIR=/tmp/stack2 fleetsight status    a second stack's state
     """
     settings = stack_settings()
-    running, rows = stack.status(settings)
-    if not rows:
+    healthy = True
+    shown = 0
+    for title, folder in stack_folders(settings):
+        running, rows = stack.status(folder)
+        if not rows:
+            continue
+        shown += 1
+        state = "running" if running else "supervisor NOT running"
+        console.print(render_rows(rows, f"{title}: {state} ({folder.run_dir})"))
+        print_urls(rows)
+        healthy = healthy and running and all(r.status in ("ready", "skipped") for r in rows)
+    if not shown:
         console.print(f"no stack has run from {settings.run_dir}; start one with `fleetsight up`")
         sys.exit(1)
-    title = "running" if running else "supervisor NOT running"
-    console.print(render_rows(rows, f"FleetSight stack: {title} ({settings.run_dir})"))
-    print_urls(rows)
-    if not running or any(r.status not in ("ready", "skipped") for r in rows):
+    if not healthy:
         sys.exit(1)
+
+
+def stop_all(settings: Settings, timeout: float | None = None) -> bool:
+    """Stop every stack run from this run folder; False when nothing was running."""
+    stopped = False
+    for _, folder in stack_folders(settings):
+        if stack.supervisor_pid(folder) is None and not stack.rows_from_state(folder):
+            continue
+        stopped = True
+        for note in stack.down(folder, timeout):
+            console.print(f"[yellow]{note}[/]")
+    clusters.forget_plan(settings)
+    return stopped
 
 
 @main.command(short_help="stop every component of the stack")
@@ -343,7 +474,8 @@ def status() -> None:
     help="Seconds before a hung supervisor is killed (default: the components' stop timeouts + 15 s).",
 )
 def down(timeout: float | None) -> None:
-    """Stop every component of the stack cleanly, leaving no process behind.
+    """Stop every component of the stack cleanly, leaving no process behind (after `up --clusters N`,
+    every cluster's stack and the global layer).
 
     Each component gets SIGTERM (its whole process group), then SIGKILL after its stop timeout (10 s;
     30 s for the node rsyslog, which may be handing records to Kafka); if the supervisor itself was
@@ -355,11 +487,9 @@ def down(timeout: float | None) -> None:
       fleetsight down --timeout 10     give up on a hung supervisor sooner
     """
     settings = stack_settings()
-    if stack.supervisor_pid(settings) is None and not stack.rows_from_state(settings):
+    if not stop_all(settings, timeout):
         console.print("nothing is running.")
         return
-    for note in stack.down(settings, timeout):
-        console.print(f"[yellow]{note}[/]")
     console.print("stack stopped.")
 
 

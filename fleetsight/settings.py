@@ -5,6 +5,12 @@ can run side by side: ``FLEETSIGHT_RUN_DIR``, ``FLEETSIGHT_CACHE_DIR``, ``FLEETS
 ``FLEETSIGHT_CLUSTER``, the one name of the stack's cluster: the twin's nodes carry it as their `cluster`
 target label, Prometheus as its external label (so every alert and every series seen through Thanos),
 the health and checks services in their records and metrics, the log pipeline in every document.
+
+What the stack's twin runs, set by `fleetsight up --scenario` (and for each cluster of `up --clusters`):
+``FLEETSIGHT_TWIN_SCENARIO`` (a scenario file or a shipped scenario's name; default the demo) and
+``FLEETSIGHT_SCHEDULER`` (``slurm`` or ``kubernetes``: how the cluster's jobs are known, from its
+scenario). ``FLEETSIGHT_SLACK_STAND_IN_URL`` sends the stack's alerts to another stack's Slack stand-in
+(every cluster of `up --clusters` posts to the global layer's one).
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ DEFAULT_PORT_BASE = 19000
 DEFAULT_CLUSTER = "demo"  # the name of the demo scenario's cluster (twin/scenarios/demo.yaml)
 # A label value, a file-name part and a URL path segment alike: letters, digits, '.', '_', '-'.
 CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+SCHEDULERS = ("slurm", "kubernetes")
+TWIN_SCENARIO_ENV = "FLEETSIGHT_TWIN_SCENARIO"
+SCHEDULER_ENV = "FLEETSIGHT_SCHEDULER"
+SLACK_STAND_IN_ENV = "FLEETSIGHT_SLACK_STAND_IN_URL"
 
 
 def _env_path(name: str, default: Path) -> Path:
@@ -39,6 +49,9 @@ class Settings:
     )
     host: str = "127.0.0.1"
     cluster: str = field(default_factory=lambda: os.environ.get("FLEETSIGHT_CLUSTER") or DEFAULT_CLUSTER)
+    twin_scenario: str = field(default_factory=lambda: os.environ.get(TWIN_SCENARIO_ENV, ""))
+    """The twin's scenario (a path or a shipped name); empty: the demo."""
+    scheduler: str = field(default_factory=lambda: os.environ.get(SCHEDULER_ENV) or SCHEDULERS[0])
 
     def __post_init__(self) -> None:
         if not CLUSTER_NAME.match(self.cluster):
@@ -46,6 +59,8 @@ class Settings:
                 f"cluster name {self.cluster!r} (FLEETSIGHT_CLUSTER): use 1-63 letters, digits, '.', '_' "
                 "or '-', starting with a letter or digit"
             )
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"{SCHEDULER_ENV}={self.scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
 
     def port(self, name: str) -> int:
         """The port named ``name`` by a component's ``PORTS`` (an offset from the base)."""

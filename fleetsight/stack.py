@@ -64,8 +64,30 @@ def preflight(settings: Settings, components: list[Component]) -> None:
         raise StackError("configuration errors, nothing was started:\n  " + "\n  ".join(lines))
 
 
-def up(settings: Settings, names: list[str], timeout_s: float, on_progress=None) -> list[Row]:
+def up(
+    settings: Settings,
+    names: list[str],
+    timeout_s: float,
+    on_progress=None,
+    env: dict[str, str] | None = None,
+) -> list[Row]:
     """Start the supervisor for the chosen components and wait until each is ready or failed."""
+    launched = start(settings, names, env)
+    return wait([launched], timeout_s, on_progress)[0]
+
+
+@dataclass
+class Launched:
+    """A supervisor started by :func:`start`, and how many components it runs."""
+
+    settings: Settings
+    process: subprocess.Popen
+    components: int
+
+
+def start(settings: Settings, names: list[str], env: dict[str, str] | None = None) -> Launched:
+    """Check the chosen components' configuration and start their supervisor (in the background);
+    ``env`` adds to this process's environment (a cluster's scenario, say)."""
     if supervisor_pid(settings):
         raise StackError(
             f"a stack is already running from {settings.run_dir} "
@@ -85,25 +107,36 @@ def up(settings: Settings, names: list[str], timeout_s: float, on_progress=None)
         cwd=settings.repo_root,
         env={
             **os.environ,
+            **(env or {}),
             "FLEETSIGHT_RUN_DIR": str(settings.run_dir),
             "FLEETSIGHT_CACHE_DIR": str(settings.cache_dir),
             "FLEETSIGHT_PORT_BASE": str(settings.port_base),
+            "FLEETSIGHT_CLUSTER": settings.cluster,
         },
         start_new_session=True,  # outlives this command
     )
     log.close()
+    return Launched(settings, process, len(components))
+
+
+def wait(launched: list[Launched], timeout_s: float, on_progress=None) -> list[list[Row]]:
+    """Each started supervisor's rows once every component of each is ready, failed or skipped (or the
+    timeout is up); ``on_progress`` gets the rows of all of them, in order, as they change."""
     deadline = time.monotonic() + timeout_s
     settled = {"ready", "failed", "skipped"}
     while True:
-        rows = rows_from_state(settings)
+        rows = [rows_from_state(item.settings) for item in launched]
         if on_progress:
-            on_progress(rows)
-        if rows and len(rows) == len(components) and all(r.status in settled for r in rows):
+            on_progress(rows if len(rows) > 1 else rows[0])
+        if all(
+            len(got) == item.components and all(r.status in settled for r in got)
+            for got, item in zip(rows, launched, strict=True)
+        ):
             return rows
-        if process.poll() is not None:
-            raise StackError(
-                f"the supervisor exited (code {process.returncode}); see {settings.log_file('supervisor')}"
-            )
+        for item in launched:
+            if item.process.poll() is not None:
+                log = item.settings.log_file("supervisor")
+                raise StackError(f"the supervisor exited (code {item.process.returncode}); see {log}")
         if time.monotonic() > deadline:
             return rows
         time.sleep(0.3)

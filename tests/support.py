@@ -24,7 +24,7 @@ import yaml
 from fleetsight.procs import free_loopback_port as free_port
 from fleetsight.procs import stop_process
 from fleetsight.registry import port_offsets
-from fleetsight.settings import REPO_ROOT
+from fleetsight.settings import REPO_ROOT, Settings
 
 T = TypeVar("T")
 FLEETSIGHT = [sys.executable, "-m", "fleetsight.cli"]
@@ -75,11 +75,13 @@ def ephemeral_port_floor() -> int:
         return 32768  # Linux's default
 
 
-def free_port_base() -> int:
+def free_port_base(blocks: int = 1, stride: int = 1000) -> int:
     """A port base whose component ports (base + each offset) are all free on loopback, and below the
     ephemeral range: a port free when checked there can be taken by any client's outgoing connection
-    before the component binds it (alertmanager-b lost base+96 so once: "address already in use")."""
-    offsets = port_offsets().values()
+    before the component binds it (alertmanager-b lost base+96 so once: "address already in use").
+    ``blocks``: as many stacks at ``stride`` apart (`fleetsight up --clusters N`: the global layer on the
+    base, cluster k on base + k * 1000), all free."""
+    offsets = [stride * block + offset for block in range(blocks) for offset in port_offsets().values()]
     top = ephemeral_port_floor() - max(offsets) - 1
     for _ in range(200):
         base = random.randrange(20000, max(top, 20100), 100)
@@ -249,3 +251,40 @@ def prometheus_process(
         stdout=log.open("w") if log else subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
+
+
+def thanos_binary() -> str:
+    """The Thanos binary setup builds; fails the test without it."""
+    from metrics.install import THANOS_BUILD
+
+    binary = THANOS_BUILD.binary(Settings())
+    if not binary.exists():
+        pytest.fail(f"{binary} is not built: run `fleetsight setup`")
+    return str(binary)
+
+
+def prometheus_with_sidecar(
+    name: str, folder: Path, prometheus_port: int, grpc_port: int, http_port: int
+) -> tuple[Process, Process]:
+    """A real Prometheus on ``folder/prometheus.yml`` (the caller's, with its external labels), ready, and
+    its Thanos sidecar on the gRPC and HTTP ports given (2-hour blocks, as a sidecar needs)."""
+    prometheus = Process(
+        f"prometheus-{name}",
+        [
+            installed("prometheus"), f"--config.file={folder / 'prometheus.yml'}",
+            f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{prometheus_port}",
+            "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h",
+        ],
+        folder / "prometheus.log",
+    )  # fmt: skip
+    prometheus.wait_ready(f"http://127.0.0.1:{prometheus_port}/-/ready")
+    sidecar = Process(
+        f"sidecar-{name}",
+        [
+            thanos_binary(), "sidecar", f"--tsdb.path={folder / 'data'}",
+            f"--prometheus.url=http://127.0.0.1:{prometheus_port}",
+            f"--grpc-address=127.0.0.1:{grpc_port}", f"--http-address=127.0.0.1:{http_port}",
+        ],
+        folder / "sidecar.log",
+    )  # fmt: skip
+    return prometheus, sidecar

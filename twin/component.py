@@ -1,5 +1,6 @@
-"""The twin in the local stack: the demo scenario in real time, served on loopback, with Prometheus
-scraping every node's dcgm-exporter endpoint (found through the twin's http_sd target list)."""
+"""The twin in the local stack: the demo scenario (or FLEETSIGHT_TWIN_SCENARIO's) in real time, served on
+loopback, with Prometheus scraping every node's dcgm-exporter endpoint (found through the twin's http_sd
+target list)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,31 @@ from fleetsight.settings import Settings
 DEMO_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "demo.yaml"
 
 
+def scenario_path(settings: Settings) -> Path:
+    """The scenario the stack's twin runs (`fleetsight up --scenario`: FLEETSIGHT_TWIN_SCENARIO), else the
+    demo; ScenarioError (a ValueError) names a bad one."""
+    from .scenario import resolve  # late: the scenario model is heavier than a declaration needs
+
+    return resolve(settings.twin_scenario) if settings.twin_scenario else DEMO_SCENARIO
+
+
+def describe_scenario(value: str) -> dict[str, str]:
+    """What `fleetsight up --scenario` needs of a scenario before anything starts: its file, its cluster's
+    name, and how its jobs are scheduled (Kubernetes when dcgm-exporter labels GPUs with their pods)."""
+    from .scenario import load, resolve
+
+    path = resolve(value)
+    scenario = load(path)
+    scheduler = "kubernetes" if scenario.dcgm.labels == "kubernetes" else "slurm"
+    return {"path": str(path), "cluster": scenario.cluster.name, "scheduler": scheduler}
+
+
 def command(settings: Settings) -> list[str]:
     return fleetsight_command(
         "twin",
         "run",
         "--scenario",
-        str(DEMO_SCENARIO),
+        str(scenario_path(settings)),
         "--out",
         str(settings.data_dir("twin")),
         "--serve",
@@ -48,7 +68,7 @@ def scrape_configs(settings: Settings) -> list[dict[str, Any]]:
 COMPONENTS = [
     Component(
         name="twin",
-        description="Digital twin: the demo cluster's dcgm-exporter, Redfish, UFM, Slurm endpoints and files",
+        description="Digital twin: the scenario's dcgm-exporter, Redfish, UFM, Slurm endpoints and files",
         command=command,
         ready=lambda s: http_ok(s.url("twin", "/")),
         urls=lambda s: {
@@ -62,5 +82,7 @@ COMPONENTS = [
 ]
 
 PORTS = {"twin": 100}
+# How the core reads a scenario for `fleetsight up --scenario` (fleetsight/clusters.py).
+SCENARIO_READERS = [describe_scenario]
 CLI = {"twin": (".cli", "the digital twin: run a scenario, serve it, check scenario files")}
 START_PRIORITY = 20

@@ -23,6 +23,7 @@ from fleetsight.prometheus import PrometheusError, PrometheusQueryError
 from .. import templating, verify
 
 LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+NO_LOGS = "needs the logs datasource: this viewer was started without --logs"
 LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(.+?)\s*,\s*)?(\w+)\s*\)\s*$")
 
 
@@ -114,19 +115,21 @@ def logs_frames(answer: Mapping[str, Any], target: Mapping[str, Any], ref: str) 
     return list(frames.values())
 
 
-def variable_values(
-    dashboard: Mapping[str, Any], chosen: Mapping[str, str]
-) -> dict[str, templating.Selected]:
-    """The choices the page sent, each formatted by its variable's options (an unknown name is ignored)."""
+Chosen = Mapping[str, str | list[str]]
+
+
+def variable_values(dashboard: Mapping[str, Any], chosen: Chosen) -> dict[str, templating.Selected]:
+    """The choices the page sent (one value, several, or ``$__all``), each formatted by its variable's
+    options (an unknown name is ignored; a variable not sent that opens at All, at All)."""
     names = {v["name"] for v in dashboard.get("templating", {}).get("list", [])}
     return verify.variable_values(dict(dashboard), {k: v for k, v in chosen.items() if k in names})
 
 
 def panel_data(
-    runner: verify.Runner, dashboard: Mapping[str, Any], panel: Mapping[str, Any], chosen: Mapping[str, str]
+    runner: verify.Runner, dashboard: Mapping[str, Any], panel: Mapping[str, Any], chosen: Chosen
 ) -> dict[str, Any]:
     """Every target of ``panel`` run over the runner's range: its frames, and each target's query as sent
-    and its error."""
+    and its error, or why it was not run (``unavailable``: a logs target without a logs datasource)."""
     variables = variable_values(dashboard, chosen)
     frames: list[dict[str, Any]] = []
     queries = []
@@ -137,7 +140,10 @@ def panel_data(
         )
         sent, found, error = run_target(runner, target, variables)
         frames += found
-        queries.append({"refId": body.get("refId", ""), "query": sent, "error": error})
+        query = {"refId": body.get("refId", ""), "query": sent, "error": error}
+        if error == NO_LOGS:
+            query.update(error="", unavailable=NO_LOGS)
+        queries.append(query)
     return {"frames": frames, "queries": queries}
 
 
@@ -151,7 +157,7 @@ def run_target(
     except PrometheusError as exc:  # unreachable: the panel says so
         return target.body.get("expr", ""), [], str(exc)
     if sent.skipped:
-        return sent.query, [], "no logs datasource: the viewer was started without --logs"
+        return sent.query, [], NO_LOGS
     if sent.error:
         return sent.query, [], sent.error
     if sent.datasource == "elasticsearch":
@@ -159,9 +165,14 @@ def run_target(
     return sent.query, promql_frames(sent.result, ref, target.body.get("legendFormat", "")), ""
 
 
-def variable_options(runner: verify.Runner, variable: Mapping[str, Any]) -> tuple[list[str], str]:
+def variable_options(
+    runner: verify.Runner,
+    variable: Mapping[str, Any],
+    values: Mapping[str, templating.Selected] | None = None,
+) -> tuple[list[str], str]:
     """(options, error) of one dashboard variable: a constant's value, or a query variable's
-    ``label_values([metric,] label)`` over the range, sorted."""
+    ``label_values([selector,] label)`` over the range, sorted; the selector's variables (``$cluster``)
+    at ``values``, as Grafana sends a chained variable's query."""
     query = str(variable.get("query", ""))
     if variable.get("type") == "constant":
         return [query], ""
@@ -171,7 +182,7 @@ def variable_options(runner: verify.Runner, variable: Mapping[str, Any]) -> tupl
     if variable.get("type") != "query" or match is None:
         return [], f"variable {variable.get('name')!r}: only label_values(...) queries are drawn here"
     selector, label = match.group(1), match.group(2)
-    matchers = [selector] if selector else []
+    matchers = [templating.interpolate(selector, values or {})] if selector else []
     try:
         found = runner.prometheus.label_values(label, *matchers, start=runner.start, end=runner.end)
     except PrometheusQueryError as exc:
@@ -181,14 +192,22 @@ def variable_options(runner: verify.Runner, variable: Mapping[str, Any]) -> tupl
     return sorted(found), ""
 
 
-def variables_of(runner: verify.Runner, dashboard: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The dashboard's variables, in order, with their options (a hidden constant is listed, flagged)."""
+def variables_of(
+    runner: verify.Runner, dashboard: Mapping[str, Any], chosen: Chosen | None = None
+) -> list[dict[str, Any]]:
+    """The dashboard's variables, in order, with their options (a hidden constant is listed, flagged),
+    each variable's options read with the others at ``chosen`` (the cluster restricts the nodes); a
+    variable with an All option says so (``includeAll``, ``multi``) and whether it opens at All
+    (``default``: ``$__all``)."""
+    values = variable_values(dashboard, chosen or {})
     listed = []
     for variable in dashboard.get("templating", {}).get("list", []):
-        options, error = variable_options(runner, variable)
+        options, error = variable_options(runner, variable, values)
         listed.append({
             "name": variable["name"], "label": variable.get("label") or variable["name"],
             "type": variable.get("type", ""), "options": options, "error": error,
             "hidden": variable.get("type") == "constant" or bool(variable.get("hide")),
+            "multi": bool(variable.get("multi")), "includeAll": bool(variable.get("includeAll")),
+            "default": templating.ALL if verify.opens_at_all(variable) else None,
         })  # fmt: skip
     return listed

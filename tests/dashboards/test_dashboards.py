@@ -222,15 +222,21 @@ def test_every_query_runs_and_the_variables_resolve(
 ) -> None:
     url = stack_env_module.url("prometheus")
     values: dict[str, str] = {}
+    every_cluster = {
+        "cluster": verify.variable_values(json.loads(build.render(catalog.DASHBOARDS[0])), {})["cluster"]
+    }
     for spec in catalog.DASHBOARDS:
         for variable in spec.variables:
             if variable.constant:
                 values[variable.name] = variable.query
                 continue
-            label = re.fullmatch(r"label_values\(([\w:]+), (\w+)\)", variable.query)
+            if variable.name == "cluster":  # at All (.*): the twin's Prometheus read directly
+                continue
+            label = re.fullmatch(r"label_values\((.+), (\w+)\)", variable.query)
             assert label, variable.query
+            selector = interpolate(label.group(1), every_cluster)
             values[variable.name] = wait_until(
-                partial(label_values, url, label.group(1), label.group(2)),
+                partial(label_values, url, selector, label.group(2)),
                 timeout=90,
                 what=f"{spec.uid}: variable ${variable.name} to resolve",
             )[0]
@@ -245,6 +251,39 @@ def test_every_query_runs_and_the_variables_resolve(
         if shows_on_a_healthy_twin(panel)
     ]
     assert always and set(always) <= with_data, f"empty on a running twin: {set(always) - with_data}"
+
+
+def without_cluster_filter(folder: Path) -> Path:
+    """Copies of the committed dashboards with the cluster matcher taken out of every query."""
+    for path in verify.dashboard_files():
+        text = (
+            path.read_text().replace('cluster=~\\"$cluster\\", ', "").replace('{cluster=~\\"$cluster\\"}', "")
+        )
+        (folder / path.name).write_text(text)
+    return folder
+
+
+def test_all_clusters_shows_the_same_numbers_on_a_single_cluster_stack(
+    stack_env_module: StackEnv, live_metric_names: set[str], tmp_path: Path
+) -> None:
+    """The twin's Prometheus read directly (its series carry no external label, only some targets a
+    `cluster` label): with the variable at All (`.*`, which matches a missing label too) every panel
+    returns the same series as its query without the filter, evaluated at the same instant."""
+    url = stack_env_module.url("prometheus")
+    nodes = label_values(url, "DCGM_FI_DEV_POWER_USAGE", "node")
+    assert nodes
+    at, values = time.time() - 10, {"node": nodes[0], "hpc_job": "none"}
+
+    def series(folder: Path) -> dict[tuple[str, str], list[int]]:
+        found: dict[tuple[str, str], list[int]] = {}
+        for r in verify.run_queries(url, values, at, range_s=600, folder=folder):
+            assert not r.error, r
+            found.setdefault((r.dashboard, r.panel), []).append(r.series)
+        return found
+
+    filtered, plain = series(build.OUTPUT_DIR), series(without_cluster_filter(tmp_path))
+    assert filtered == plain
+    assert sum(n for counts in filtered.values() for n in counts) > 20, filtered
 
 
 # ------------------------------------------------- datasources, broken panels, variables, logs panels
@@ -352,7 +391,7 @@ def test_the_logs_panels_run_against_opensearch(
     logs = opensearch_url
     document = {
         "@timestamp": datetime.now(UTC).isoformat(),
-        "fleetsight": {"hpc_job": "4242"},
+        "fleetsight": {"hpc_job": "4242", "cluster": "demo"},
         "event": {"action": "training_progress"},
         "training": {"step_time_ms": 812.5, "loss": 1.93},
     }
@@ -360,14 +399,18 @@ def test_the_logs_panels_run_against_opensearch(
     assert indexed.is_success, indexed.text
     prometheus = stack_env_module.url("prometheus")
 
-    def logs_panels(job: str) -> dict[str, int]:
-        results = verify.run_queries(prometheus, {"hpc_job": job}, time.time(), 600, logs)
+    def logs_panels(job: str, cluster: str | None = None) -> dict[str, int]:
+        chosen = {"hpc_job": job, **({"cluster": cluster} if cluster else {})}
+        results = verify.run_queries(prometheus, chosen, time.time(), 600, logs)
         found = {r.panel: r.series for r in results if r.datasource == model.LOGS}
         assert not [r.error for r in results if r.datasource == model.LOGS and r.error]
         return found
 
     assert logs_panels("4242") == {"Step time": 1, "Loss": 1}
     assert logs_panels("4243") == {"Step time": 0, "Loss": 0}
+    # the cluster variable filters the documents too (fleetsight.cluster): All, the cluster, another
+    assert logs_panels("4242", "demo") == {"Step time": 1, "Loss": 1}
+    assert logs_panels("4242", "other") == {"Step time": 0, "Loss": 0}
     # The local viewer (dashboards/viewer/) draws the same search: the document's step time in a bucket.
     my_job = json.loads((build.OUTPUT_DIR / "my-job.json").read_text())
     step_time = next(p for p in my_job["panels"] if p.get("title") == "Step time")

@@ -18,18 +18,17 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetsight.settings import Settings
-from metrics.install import THANOS_BUILD
-from support import FLEETSIGHT, Process, installed, quiet_ports, stopping, wait_until
+from support import (
+    FLEETSIGHT,
+    Process,
+    prometheus_with_sidecar,
+    quiet_ports,
+    stopping,
+    thanos_binary,
+    wait_until,
+)
 
 SCRAPE_S = 2
-
-
-def thanos() -> str:
-    binary = THANOS_BUILD.binary(Settings())
-    if not binary.exists():
-        pytest.fail(f"{binary} is not built: run `fleetsight setup`")
-    return str(binary)
 
 
 @dataclass
@@ -54,27 +53,10 @@ class ClusterMetrics:
             "scrape_configs": [itself],
         }
         (self.folder / "prometheus.yml").write_text(yaml.safe_dump(config))
-        prometheus = Process(
-            f"prometheus-{self.name}",
-            [
-                installed("prometheus"), f"--config.file={self.folder / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.folder / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.prometheus_port}",
-                "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h",
-            ],
-            self.folder / "prometheus.log",
-        )  # fmt: skip
+        prometheus, sidecar = prometheus_with_sidecar(
+            self.name, self.folder, self.prometheus_port, self.grpc_port, self.http_port
+        )
         self.processes = [prometheus]
-        prometheus.wait_ready(f"http://127.0.0.1:{self.prometheus_port}/-/ready")
-        sidecar = Process(
-            f"sidecar-{self.name}",
-            [
-                thanos(), "sidecar", f"--tsdb.path={self.folder / 'data'}",
-                f"--prometheus.url=http://127.0.0.1:{self.prometheus_port}",
-                f"--grpc-address=127.0.0.1:{self.grpc_port}", f"--http-address=127.0.0.1:{self.http_port}",
-            ],
-            self.folder / "sidecar.log",
-        )  # fmt: skip
         self.processes.append(sidecar)
 
     def stop(self) -> None:
@@ -110,7 +92,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Global]:
     query = Process(
         "thanos-query",
         [
-            thanos(), "query", f"--http-address=127.0.0.1:{query_port}",
+            thanos_binary(), "query", f"--http-address=127.0.0.1:{query_port}",
             f"--grpc-address=127.0.0.1:{next(ports)}",
             "--query.replica-label=replica", "--query.partial-response",
             *(f"--endpoint=127.0.0.1:{c.grpc_port}" for c in clusters.values()),

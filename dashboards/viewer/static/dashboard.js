@@ -3,6 +3,7 @@
    Grafana's 24-column grid, and queries every panel through the viewer's API. */
 "use strict";
 
+const ALL = "$__all";  // the value Grafana stores for a variable's All option
 const RANGES = ["now-15m", "now-1h", "now-6h", "now-24h", "now-7d"];
 const REFRESHES = ["", "10s", "30s", "1m"];
 
@@ -20,14 +21,18 @@ function readUrl(dashboard) {
   page.from = params.get("from") || time.from || "now-6h";
   page.to = params.get("to") || time.to || "now";
   page.refresh = params.has("refresh") ? params.get("refresh") : dashboard.refresh || "";
-  for (const [key, value] of params) if (key.startsWith("var-")) page.chosen[key.slice(4)] = value;
+  for (const key of new Set([...params.keys()].filter((k) => k.startsWith("var-")))) {
+    const values = params.getAll(key);  // Grafana's form of several values: var-cluster=a&var-cluster=b
+    page.chosen[key.slice(4)] = values.length === 1 ? values[0] : values;
+  }
 }
 
 function writeUrl() {
   const params = new URLSearchParams(location.search);
   for (const key of [...params.keys()]) if (key.startsWith("var-")) params.delete(key);
   for (const v of page.variables) {
-    if (!v.hidden && page.chosen[v.name] !== undefined) params.set(`var-${v.name}`, page.chosen[v.name]);
+    if (v.hidden || page.chosen[v.name] === undefined) continue;
+    for (const value of [].concat(page.chosen[v.name])) params.append(`var-${v.name}`, value);
   }
   params.set("from", page.from);
   params.set("to", page.to);
@@ -48,7 +53,10 @@ function chosenValues() {
 /** Text with $name, ${name} and [[name]] replaced by the variables' values (URL-encoded for links). */
 function interpolate(text, encode) {
   const values = {};
-  for (const v of page.variables) values[v.name] = page.chosen[v.name] ?? (v.options || [])[0] ?? "";
+  for (const v of page.variables) {
+    const chosen = [].concat(page.chosen[v.name] ?? (v.options || [])[0] ?? "");
+    values[v.name] = chosen[0] === ALL ? (v.options || []).join(",") : chosen.join(",");
+  }
   const value = (name, whole) => (name in values ? (encode ? encodeURIComponent(values[name]) : values[name]) : whole);
   return String(text)
     .replace(/\$\{(\w+)(?::\w+)?\}/g, (whole, name) => value(name, whole))
@@ -56,28 +64,53 @@ function interpolate(text, encode) {
     .replace(/\$(\w+)/g, (whole, name) => value(name, whole));
 }
 
-function variableControl(v) {
+/** The choice a variable's control shows: the page's, else the variable's own default (All), else the
+    first option; with `reset`, a choice no longer among the options (a node of another cluster) too. */
+function currentChoice(v, reset) {
   const options = v.options || [];
-  const problem = v.error ? `error: ${v.error}` : options.length ? "" : "no values in this range";
-  if (page.chosen[v.name] === undefined && options.length) page.chosen[v.name] = options[0];
-  const current = page.chosen[v.name];
-  const listed = current !== undefined && !options.includes(current) ? [current, ...options] : options;
-  const select = el("select", {id: `var-${v.name}`, name: v.name, disabled: !listed.length},
-    listed.length ? listed.map((o) => el("option", {value: o, selected: o === current}, o)) : el("option", {}, "(none)"));
+  const chosen = page.chosen[v.name];
+  const listed = (value) => value === ALL ? v.includeAll : options.includes(value);
+  if (chosen !== undefined && (!reset || [].concat(chosen).every(listed))) return chosen;
+  if (v.default) return v.default;
+  return options.length ? options[0] : undefined;
+}
+
+function variableControl(v, reset) {
+  const options = v.options || [];
+  const problem = v.error ? `error: ${v.error}` : options.length || v.includeAll ? "" : "no values in this range";
+  page.chosen[v.name] = currentChoice(v, reset);
+  const current = [].concat(page.chosen[v.name] ?? []);
+  const unlisted = current.filter((c) => c !== ALL && !options.includes(c));
+  const values = [...(v.includeAll ? [ALL] : []), ...unlisted, ...options];
+  const label = (o) => (o === ALL ? "All" : o);
+  const select = el("select", {id: `var-${v.name}`, name: v.name, disabled: !values.length, multiple: v.multi,
+    size: v.multi ? String(Math.min(Math.max(values.length, 2), 5)) : undefined},
+  values.length ? values.map((o) => el("option", {value: o, selected: current.includes(o)}, label(o))) : el("option", {}, "(none)"));
   select.addEventListener("change", () => {
-    page.chosen[v.name] = select.value;
+    page.chosen[v.name] = v.multi ? multiChoice(select, current) : select.value;
     writeUrl();
-    queryAll();
+    // The other variables' options may depend on this one (the nodes of the chosen clusters).
+    reloadVariablesThenQuery(true);
   });
   return el("label", {class: `variable${problem ? (v.error ? " error" : " empty") : ""}`, "data-variable": v.name},
     v.label || v.name, select, problem ? el("span", {class: "var-problem"}, problem) : null);
 }
 
-async function loadVariables() {
+/** A multi-select's new choice: All alone when All was just picked, else the values picked (All when none). */
+function multiChoice(select, before) {
+  const picked = [...select.selectedOptions].map((o) => o.value);
+  if (picked.includes(ALL) && !before.includes(ALL)) return ALL;
+  const values = picked.filter((o) => o !== ALL);
+  if (!values.length) return picked.includes(ALL) ? ALL : before;
+  return values.length === 1 ? values[0] : values;
+}
+
+async function loadVariables(reset = false) {
   const query = new URLSearchParams({from: page.from, to: page.to});
+  for (const [name, value] of Object.entries(page.chosen)) for (const one of [].concat(value)) query.append(`var-${name}`, one);
   const answer = await api(`/api/dashboards/${encodeURIComponent(page.uid)}/variables?${query}`);
   page.variables = answer.variables || [];
-  document.getElementById("variables").replaceChildren(...page.variables.filter((v) => !v.hidden).map(variableControl));
+  document.getElementById("variables").replaceChildren(...page.variables.filter((v) => !v.hidden).map((v) => variableControl(v, reset)));
 }
 
 /* ---- time range and refresh ---- */
@@ -117,10 +150,10 @@ function schedule() {
   if (every) page.timer = setInterval(() => { if (!page.inFlight) queryAll(false); }, every * 1000);
 }
 
-async function reloadVariablesThenQuery() {
+async function reloadVariablesThenQuery(reset = false) {
   forgetStates();
   try {
-    await loadVariables();
+    await loadVariables(reset);
     clearPageError();
   } catch (error) {
     showPageError(`The variables did not load: ${error.message}`);

@@ -271,16 +271,21 @@ const DRAWERS = {timeseries: drawTimeseries, stat: drawStat, table: drawTable, "
   heatmap: drawHeatmap, bargauge: drawBargauge};
 const CHARTED = new Set(["timeseries", "heatmap"]);
 
-/** The state an answer puts a panel in: error (a query failed, or the API did), nodata, or data. */
+/** The state an answer puts a panel in: error (a query failed, or the API did), unavailable (its
+    datasource is not configured here: a logs panel without --logs), nodata, or data. */
 function stateOf(panel, answer) {
-  if (answer.failure) return {state: "error", errors: [answer.failure], frames: []};
+  if (answer.failure) return {state: "error", errors: [answer.failure], frames: [], notes: []};
   const errors = (answer.queries || []).filter((q) => q.error).map((q) => `${q.refId}: ${q.error}`);
+  const notes = [...new Set((answer.queries || []).filter((q) => q.unavailable).map((q) => q.unavailable))];
   if (!DRAWERS[panel.type]) errors.push(`panel type "${panel.type}" is not drawn by this viewer`);
   const frames = answer.frames || [];
-  return {state: errors.length ? "error" : frames.length ? "data" : "nodata", errors, frames};
+  const queries = answer.queries || [];
+  const unavailable = queries.length > 0 && queries.every((q) => q.unavailable);
+  const state = errors.length ? "error" : frames.length ? "data" : unavailable ? "unavailable" : "nodata";
+  return {state, errors, frames, notes};
 }
 
-/** Marks the panel with what it shows, for tests and scripts: data-state (data, nodata or error),
+/** Marks the panel with what it shows, for tests and scripts: data-state (data, nodata, unavailable or error),
     data-frames (how many), data-names (the frames' names, "|"-joined) and data-sum (of every value). */
 function markState(panelEl, panel, answer) {
   const found = stateOf(panel, answer);
@@ -304,7 +309,8 @@ function drawAnswer(panelEl, panel, answer, ctx) {
     host._chart = null;
   }
   if (!frames.length) {
-    if (!errors.length) host.append(el("div", {class: "panel-nodata"}, "No data"));
+    const {notes} = stateOf(panel, answer);
+    if (!errors.length) host.append(el("div", {class: "panel-nodata"}, notes.length ? `Not shown: ${notes.join("; ")}` : "No data"));
     return;
   }
   if (DRAWERS[panel.type]) DRAWERS[panel.type](host, panel, frames, ctx);
