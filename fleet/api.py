@@ -5,7 +5,9 @@
 - ``GET /v1/nodes`` (``?state=``): every cluster's nodes, each item with its ``cluster``;
 - ``GET /v1/nodes/{node}``: a node found without knowing its cluster (``matches``: one per cluster
   that has a node of that name);
-- ``GET /v1/jobs/{job}/faults`` (``?window=``): a job's faults, from whichever cluster ran it.
+- ``GET /v1/jobs/{job}/faults`` (``?window=``): a job's faults, from whichever cluster ran it;
+- with ``--thanos-url``, ``/api/v1/...``: Prometheus's API of the global Thanos Query, every answer
+  warning of each cluster it lacks (fleet/promql.py).
 
 Every answer lists under ``missing`` the clusters that did not answer (with the reason), and a lookup that
 found nothing while a cluster was missing is 503, not 404: the node may be in the missing cluster. There
@@ -29,11 +31,13 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from fleetsight import auth
 
 from .clusters import FanOut, Reply
+from .promql import add_query_routes
 from .stores import ClusterStores, StoreView, read_stores
 
 log = logging.getLogger("fleet")
 
 STATUS_PATH = "/v1/status"
+QUERY_TIMEOUT_S = 120.0  # a range query over many clusters; Grafana's own default is 30 s
 
 
 class Watch:
@@ -43,6 +47,8 @@ class Watch:
     def __init__(self, fanout: FanOut, thanos_url: str | None = None) -> None:
         self.fanout, self.thanos_url = fanout, thanos_url
         self.thanos = httpx.AsyncClient(timeout=fanout.timeout_s) if thanos_url else None
+        # Queries passed through to the global Query (fleet/promql.py) may take longer than a status.
+        self.queries = httpx.AsyncClient(timeout=QUERY_TIMEOUT_S) if thanos_url else None
         self.registry = CollectorRegistry()
 
         def per_cluster(name: str, meaning: str) -> Gauge:
@@ -124,8 +130,9 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
             await fanout.close()
-            if watch.thanos is not None:
-                await watch.thanos.aclose()
+            for client in (watch.thanos, watch.queries):
+                if client is not None:
+                    await client.aclose()
 
     app = FastAPI(
         title="FleetSight global layer",
@@ -135,6 +142,8 @@ def create_app(
     reader = Depends(guard.require(auth.READ))
     add_own_routes(app, watch, reader)
     add_cluster_routes(app, watch, reader)
+    if watch.queries is not None:
+        add_query_routes(app, watch, reader, watch.queries)
     return app
 
 

@@ -25,13 +25,14 @@ NO_LABEL = ""  # a series without a cluster label (a Prometheus read directly, n
 CLUSTERS_PATH = "/v1/clusters"
 
 
-def per_cluster(prometheus: Prometheus, query: str, errors: list[str]) -> dict[str, float]:
-    """``count by (cluster) (...)``'s value per cluster ("" for series without the label)."""
+def per_cluster(prometheus: Prometheus, query: str, errors: list[str]) -> dict[str, float] | None:
+    """``count by (cluster) (...)``'s value per cluster ("" for series without the label); None when the
+    query failed (the figures are then unknown, not zero)."""
     try:
         found = prometheus.query(query)
     except PrometheusError as exc:
         errors.append(f"{query}: {exc}")
-        return {}
+        return None
     return {s["metric"].get("cluster", NO_LABEL): float(s["value"][1]) for s in found}
 
 
@@ -88,14 +89,27 @@ def partial(layer: dict[str, Any] | None) -> list[dict[str, str]]:
     return gaps
 
 
+def figure(values: dict[str, float] | None, name: str, blind: bool) -> int | None:
+    """A cluster's count, or None (unknown) when its metrics cannot be read or the query failed: a
+    cluster the global Query cannot see has no GPUs *reported*, which is not zero GPUs."""
+    if values is None or blind:
+        return None
+    return int(values.get(name, 0))
+
+
 def row(
-    name: str, item: dict[str, Any] | None, alerts: dict[str, float], gpus: dict[str, float]
+    name: str,
+    item: dict[str, Any] | None,
+    alerts: dict[str, float] | None,
+    gpus: dict[str, float] | None,
+    blind: bool = False,
 ) -> dict[str, Any]:
-    """One cluster's row: the layer's item (None when only Thanos knows the cluster) and the figures."""
+    """One cluster's row: the layer's item (None when only Thanos knows the cluster) and the figures
+    (None where ``blind``: the layer says the global Query reads none of the cluster's live stores)."""
     found: dict[str, Any] = {
         "cluster": name,
-        "firing": int(alerts.get(name, 0)),
-        "gpus": int(gpus.get(name, 0)),
+        "firing": figure(alerts, name, blind),
+        "gpus": figure(gpus, name, blind),
         "known_to_layer": item is not None,
     }
     if item is not None:
@@ -124,11 +138,13 @@ def fleet(
     alerts = per_cluster(prometheus, FIRING_BY_CLUSTER, errors)
     gpus = per_cluster(prometheus, GPUS_BY_CLUSTER, errors)
     items = {str(i.get("cluster", "")): i for i in (layer or {}).get("clusters", []) if isinstance(i, dict)}
-    names = list(items) + sorted((set(alerts) | set(gpus)) - set(items))  # the layer's order first
+    seen = set(alerts or {}) | set(gpus or {})
+    names = list(items) + sorted(seen - set(items))  # the layer's order first
+    blind = {str(g.get("cluster", "")) for g in (layer or {}).get("metrics_missing") or []}
     return {
         "configured": bool(fleet_url),
         "fleet_url": fleet_url,
-        "clusters": [row(name, items.get(name), alerts, gpus) for name in names],
+        "clusters": [row(name, items.get(name), alerts, gpus, name in blind) for name in names],
         "partial": partial(layer),
         "alerts": firing_alerts(prometheus, errors),
         "metrics_side": layer is not None and "metrics_missing" in layer,

@@ -448,6 +448,8 @@ def test_the_fleet_page_names_the_missing_clusters_in_a_banner(world: World) -> 
         )
         assert rows["a"]["metrics"] == rows["b"]["metrics"] == "1 of 1 store answering"
         assert rows["c"]["metrics"] == "0 of 0 stores answering"
+        # c's metrics are missing: its figures are unknown, not zero GPUs and no alert
+        assert (rows["c"]["gpus"], rows["c"]["firing"]) == ("unknown", "unknown")
         alerts = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#alerts tbody tr")]
         assert len(alerts) == 1 and alerts[0].startswith("a GPUTooHotForTheTest warning a-n001"), alerts
         assert browser.find_element(By.ID, "not-configured").is_displayed() is False

@@ -75,6 +75,10 @@ class Global:
             f"{self.query}/api/v1/query", params={"query": expression, **params}, timeout=30
         ).json()
 
+    def ask_layer(self, expression: str) -> dict[str, Any]:
+        """A PromQL query through the layer's /api/v1/query, as Grafana posts it (a form)."""
+        return httpx.post(f"{self.layer}/api/v1/query", data={"query": expression}, timeout=30).json()
+
     def clusters_view(self) -> dict[str, Any]:
         return httpx.get(f"{self.layer}/v1/clusters", timeout=30).json()
 
@@ -147,6 +151,8 @@ def test_one_cluster_down_the_global_view_answers_for_the_other_and_names_it(wor
     assert both
     view = wait_until(lambda: read_by_layer(world, missing=[]), timeout=60, what="both clusters read")
     assert {i["cluster"]: i["metrics"]["answering"] for i in view["clusters"]} == {"a": 1, "b": 1}
+    through = world.ask_layer("count by (cluster) (up)")
+    assert clusters_in(through) == {"a", "b"} and not through.get("warnings"), through
     b = world.clusters["b"]
     outage_began = time.time()
     b.stop()
@@ -158,6 +164,11 @@ def test_one_cluster_down_the_global_view_answers_for_the_other_and_names_it(wor
         partial = world.ask("count by (cluster) (up)", partial_response="true")
         assert partial["status"] == "success" and clusters_in(partial) == {"a"}, partial
         print("Thanos Query's warnings with b down:", partial.get("warnings"))
+        # The same query through the layer: the same answer, and a warning naming b (Grafana shows it).
+        through = world.ask_layer("count by (cluster) (up)")
+        assert through["status"] == "success" and clusters_in(through) == {"a"}, through
+        assert [w for w in through["warnings"] if "cluster b is missing" in w], through
+        assert not [w for w in through["warnings"] if "cluster a" in w], through
         time.sleep(3 * SCRAPE_S)  # not synchronisation: the span the outage must cover in a's data
     finally:
         b.start()
@@ -174,3 +185,14 @@ def test_one_cluster_down_the_global_view_answers_for_the_other_and_names_it(wor
     stamps = sorted(float(t) for t, _ in samples[0]["values"])
     gaps = [later - earlier for earlier, later in itertools.pairwise(stamps)]
     assert stamps[0] <= outage_began and max(gaps) < 3 * SCRAPE_S, gaps
+
+
+def test_the_layer_passes_on_prometheus_api_answers_and_errors_as_the_query_gives_them(world: Global) -> None:
+    labels = httpx.get(f"{world.layer}/api/v1/label/cluster/values", timeout=30).json()
+    assert labels["status"] == "success" and {"a", "b"} <= set(labels["data"]), labels
+    bad = httpx.get(f"{world.layer}/api/v1/query", params={"query": "sum(("}, timeout=30)
+    direct = httpx.get(f"{world.query}/api/v1/query", params={"query": "sum(("}, timeout=30)
+    assert bad.status_code == direct.status_code == 400
+    assert bad.json()["errorType"] == direct.json()["errorType"] == "bad_data"
+    # reads only: Thanos Query's admin routes are not reachable through the layer
+    assert httpx.post(f"{world.layer}/api/v1/admin/tsdb/delete_series", timeout=30).status_code == 404

@@ -47,14 +47,21 @@ function metricsCell(c, metricsSide) {
     title: (m.errors || []).join("\n")}, text);
 }
 
+// A figure the global Query could not give (the cluster's metrics missing, or the query failed) is
+// unknown, never 0.
+function figureCell(name, value) {
+  const known = value !== null && value !== undefined;
+  return el("td", {class: known ? "num" : "num muted", [`data-${name}`]: known ? String(value) : "unknown"},
+    known ? value : "unknown");
+}
+
 function drawClusters(answer) {
   const rows = (answer.clusters || []).map((c) => el("tr", {"data-cluster": c.cluster},
     el("td", {}, el("a", {href: `/d/fleetsight-fleet-health?var-cluster=${encodeURIComponent(c.cluster)}`}, clusterName(c.cluster))),
     healthCell(c, answer.configured),
     el("td", {"data-states": JSON.stringify(c.states || {})}, c.known_to_layer && c.answers ? statesText(c.states) : "–"),
     metricsCell(c, answer.metrics_side),
-    el("td", {class: "num", "data-gpus": String(c.gpus)}, c.gpus),
-    el("td", {class: "num", "data-firing": String(c.firing)}, c.firing)));
+    figureCell("gpus", c.gpus), figureCell("firing", c.firing)));
   document.querySelector("#clusters tbody").replaceChildren(...rows);
   document.getElementById("clusters").hidden = !rows.length;
   document.getElementById("clusters-none").hidden = rows.length > 0;
