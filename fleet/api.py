@@ -142,8 +142,9 @@ def create_app(
     reader = Depends(guard.require(auth.READ))
     add_own_routes(app, watch, reader)
     add_cluster_routes(app, watch, reader)
-    if watch.queries is not None:
-        add_query_routes(app, watch, reader, watch.queries)
+    if watch.queries is not None and watch.thanos_url is not None:
+        names = [c.name for c in fanout.clusters]
+        add_query_routes(app, reader, watch.queries, watch.thanos_url, names, watch.stores)
     return app
 
 

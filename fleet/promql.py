@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request, Response
 
-if TYPE_CHECKING:
-    from .api import Watch
+from .stores import StoreView
 
 # The read routes of Prometheus's API that Grafana's Prometheus datasource and the API clients use; any
 # other path (an admin route, say) is 404 here, whatever the Query behind would do with it.
@@ -32,19 +32,19 @@ READ_PATHS = re.compile(
 FORWARDED_HEADERS = ("content-type", "accept")
 
 
-def missing_warnings(watch: Watch, view: Any) -> list[str]:
-    """One warning per configured cluster whose live stores do not answer (or all, if the Query's store
-    list cannot be read)."""
+def missing_warnings(clusters: list[str], view: StoreView | None) -> list[str]:
+    """One warning per configured cluster whose live stores do not answer (or one saying the Query's
+    store list cannot be read)."""
     if view is None:
         return []
     if view.error:
         return [f"FleetSight: cannot tell which clusters this answer covers: {view.error}"]
     warnings = []
-    for cluster in watch.fanout.clusters:
-        stores = view.clusters.get(cluster.name)
+    for name in clusters:
+        stores = view.clusters.get(name)
         if stores is None or stores.missing:
             why = stores.why_missing() if stores else "no store with this cluster label"
-            warnings.append(f"FleetSight: cluster {cluster.name} is missing from this answer: {why}")
+            warnings.append(f"FleetSight: cluster {name} is missing from this answer: {why}")
     return warnings
 
 
@@ -61,8 +61,16 @@ def with_warnings(content: bytes, warnings: list[str]) -> bytes | None:
     return json.dumps(body).encode()
 
 
-def add_query_routes(app: FastAPI, watch: Watch, reader: Any, client: httpx.AsyncClient) -> None:
-    """``/api/v1/{path}`` (GET and POST) onto the global Query at ``watch.thanos_url``."""
+def add_query_routes(
+    app: FastAPI,
+    reader: Any,
+    client: httpx.AsyncClient,
+    thanos_url: str,
+    clusters: list[str],
+    stores: Callable[[], Awaitable[StoreView | None]],
+) -> None:
+    """``/api/v1/{path}`` (GET and POST) onto the global Query at ``thanos_url``; ``stores`` reads which
+    of the ``clusters`` it can read (the layer's Watch, which also keeps its gauges current)."""
 
     @app.api_route(
         "/api/v1/{path:path}",
@@ -82,7 +90,7 @@ def add_query_routes(app: FastAPI, watch: Watch, reader: Any, client: httpx.Asyn
         try:
             answer = await client.request(
                 request.method,
-                f"{watch.thanos_url}/api/v1/{path}",
+                f"{thanos_url}/api/v1/{path}",
                 params=list(request.query_params.multi_items()),
                 content=await request.body(),
                 headers=headers,
@@ -92,7 +100,7 @@ def add_query_routes(app: FastAPI, watch: Watch, reader: Any, client: httpx.Asyn
             return Response(json.dumps(error), status_code=502, media_type="application/json")
         content = answer.content
         if answer.status_code == 200:
-            warnings = missing_warnings(watch, await watch.stores())
+            warnings = missing_warnings(clusters, await stores())
             content = (with_warnings(content, warnings) if warnings else None) or content
         media = answer.headers.get("content-type", "application/json")
         return Response(content, status_code=answer.status_code, media_type=media)
