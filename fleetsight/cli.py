@@ -18,7 +18,7 @@ from rich.table import Table
 
 from fleetsight import __version__, clusters, registry, stack
 from fleetsight import setup as setup_mod
-from fleetsight.settings import SCHEDULER_ENV, TWIN_SCENARIO_ENV, Settings
+from fleetsight.settings import Settings
 
 console = Console()
 STATUS_STYLE = {
@@ -353,18 +353,18 @@ def start_one(
     settings: Settings, components: list[str], scenarios: tuple[str, ...], wait_s: float
 ) -> tuple[str, list[stack.Row]]:
     """One cluster's stack; with a scenario, named by it unless FLEETSIGHT_CLUSTER names it."""
-    env: dict[str, str] = {}
     if scenarios:
         try:
             facts = clusters.describe_scenario(scenarios[0])
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--scenario") from None
-        env = {TWIN_SCENARIO_ENV: facts["path"], SCHEDULER_ENV: facts["scheduler"]}
         named = os.environ.get("FLEETSIGHT_CLUSTER") or facts["cluster"]
-        settings = dataclasses.replace(settings, cluster=named, twin_scenario=facts["path"])
+        settings = dataclasses.replace(
+            settings, cluster=named, twin_scenario=facts["path"], scheduler=facts["scheduler"]
+        )
     with Live(render_rows([], "starting..."), console=console, transient=True) as live:
-        launched = stack.start(settings, components, env)
-        rows = stack.wait([launched], wait_s, lambda r: live.update(render_rows(r, "starting...")))[0]
+        launched = stack.start(settings, components)
+        rows = stack.wait([launched], wait_s, lambda r: live.update(render_rows(r[0], "starting...")))[0]
     return f"FleetSight stack (run folder {settings.run_dir})", rows
 
 

@@ -39,9 +39,10 @@ class LocalCluster:
     settings: Settings
 
     def env(self, global_settings: Settings) -> dict[str, str]:
-        """What its supervisor adds to the environment: its scenario and scheduler, the fleet's Slack."""
+        """The environment that makes its supervisor this cluster's: its scenario and scheduler (as
+        stack.start exports them from its settings) and the fleet's one Slack."""
         return {
-            TWIN_SCENARIO_ENV: self.scenario,
+            TWIN_SCENARIO_ENV: self.settings.twin_scenario,
             SCHEDULER_ENV: self.settings.scheduler,
             SLACK_STAND_IN_ENV: global_settings.url("slack_sink", "/services/local/webhook"),
         }

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fleetsight.components import Component, load_components, resolve_order
 from fleetsight.procs import kill_group, pid_alive
-from fleetsight.settings import Settings
+from fleetsight.settings import SCHEDULER_ENV, TWIN_SCENARIO_ENV, Settings
 from fleetsight.supervisor import pid_path, read_state, state_path
 
 
@@ -73,7 +73,8 @@ def up(
 ) -> list[Row]:
     """Start the supervisor for the chosen components and wait until each is ready or failed."""
     launched = start(settings, names, env)
-    return wait([launched], timeout_s, on_progress)[0]
+    show = (lambda rows: on_progress(rows[0])) if on_progress else None
+    return wait([launched], timeout_s, show)[0]
 
 
 @dataclass
@@ -86,8 +87,9 @@ class Launched:
 
 
 def start(settings: Settings, names: list[str], env: dict[str, str] | None = None) -> Launched:
-    """Check the chosen components' configuration and start their supervisor (in the background);
-    ``env`` adds to this process's environment (a cluster's scenario, say)."""
+    """Check the chosen components' configuration and start their supervisor (in the background). The
+    supervisor gets the settings' run folder, ports, cluster name, twin scenario and scheduler through the
+    environment; ``env`` adds to it (another stack's Slack stand-in, say)."""
     if supervisor_pid(settings):
         raise StackError(
             f"a stack is already running from {settings.run_dir} "
@@ -112,6 +114,8 @@ def start(settings: Settings, names: list[str], env: dict[str, str] | None = Non
             "FLEETSIGHT_CACHE_DIR": str(settings.cache_dir),
             "FLEETSIGHT_PORT_BASE": str(settings.port_base),
             "FLEETSIGHT_CLUSTER": settings.cluster,
+            TWIN_SCENARIO_ENV: settings.twin_scenario,
+            SCHEDULER_ENV: settings.scheduler,
         },
         start_new_session=True,  # outlives this command
     )
@@ -127,7 +131,7 @@ def wait(launched: list[Launched], timeout_s: float, on_progress=None) -> list[l
     while True:
         rows = [rows_from_state(item.settings) for item in launched]
         if on_progress:
-            on_progress(rows if len(rows) > 1 else rows[0])
+            on_progress(rows)
         if all(
             len(got) == item.components and all(r.status in settled for r in got)
             for got, item in zip(rows, launched, strict=True)
