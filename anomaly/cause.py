@@ -1,6 +1,7 @@
-"""Why a node is slow: which hardware signal (power brake, thermal throttle, PCIe, network) explains a
-flagged GPU, with its values against its peers' median as evidence; and the per-GPU hardware signals
-the detector's small-job paths use."""
+"""Why a node is slow: which hardware signal (power brake, thermal throttle, PCIe, clocks, network)
+explains a flagged GPU, with its values against its peers' median as evidence; whether one GPU or the
+whole node is slow; what the slowdown costs the job; and the per-GPU hardware signals the detector's
+small-job paths use."""
 
 from __future__ import annotations
 
@@ -78,6 +79,16 @@ def cause_of(
     slow_link = math.isfinite(h2d) and math.isfinite(h2d_peers) and h2d < 0.5 * h2d_peers
     if downgraded or slow_link:
         return "pcie", evidence
+    clock, clock_peers = evidence["sm_clock_mhz"], evidence["sm_clock_mhz_peers_median"]
+    if clock is not None and clock_peers and clock < (1.0 - cfg.clock_drop) * clock_peers:
+        # Slower clocks: a throttle bit in a few samples is their reason already (a GPU heating up
+        # throttles on and off before it throttles for good); with none, a power limit or clocks set
+        # lower on this GPU (nvidia-smi -pl / -lgc), or a slowdown DCGM gives no reason for.
+        if brake > 0:
+            return "power_brake", evidence
+        if thermal > 0:
+            return "thermal", evidence
+        return "clocks", evidence
     peer_errors = ib_errors_peers if math.isfinite(ib_errors_peers) else 0.0
     peer_wait = wait_peers if math.isfinite(wait_peers) else 0.0
     if ib_errors >= max(5.0, 10.0 * peer_errors) or wait > 3.0 * peer_wait + 1e5:
@@ -92,3 +103,31 @@ def nanmedian(values: np.ndarray) -> float:
 
 def round_or_none(value: float) -> float | None:
     return round(float(value), 4) if math.isfinite(value) else None
+
+
+def gpu_scope(resid: np.ndarray) -> tuple[str, list[int]]:
+    """Whether one GPU or the whole node is slow, and which GPUs: those whose residual (log activity
+    above the job's peers) is at least half the node's largest. In a data-parallel job one slow GPU
+    makes its node-mates wait as its other peers do, so they show no residual; a slow host slows them
+    all alike. More than half the node's GPUs slow is the node ("node"), else those GPUs ("gpu")."""
+    finite = np.isfinite(resid)
+    top = float(np.max(resid[finite])) if finite.any() else math.nan
+    if not math.isfinite(top) or top <= 0:
+        return "node", []
+    slow = [int(g) for g in np.flatnonzero(finite & (resid >= 0.5 * top))]
+    return ("gpu" if len(slow) <= int(finite.sum()) // 2 else "node"), slow
+
+
+def job_impact(fallen: float, job_gpus: int, elapsed_s: float, lost_before: float = 0.0) -> dict[str, float]:
+    """What the straggler costs its job, estimated from the GPU activity: in a synchronous job every
+    step waits for the slowest rank, so its peers' activity falls below their own usual level by the
+    job's slowdown (``fallen``, log); each GPU of the job idles that share of the time. GPU-hours lost
+    so far add this window's share (``elapsed_s`` since the last estimate) to those counted before."""
+    slowdown = math.expm1(max(0.0, fallen))
+    idle_share = slowdown / (1.0 + slowdown)
+    lost = lost_before + idle_share * job_gpus * max(0.0, elapsed_s) / 3600.0
+    return {
+        "job_slowdown_pct": round(100.0 * slowdown, 1),
+        "job_gpus": job_gpus,
+        "gpu_hours_lost": round(lost, 3),
+    }

@@ -52,11 +52,12 @@ import math
 import numpy as np
 
 from .blind import blind_view, report_blind, with_silent_members
-from .cause import cause_of
+from .cause import cause_of, gpu_scope, job_impact
 from .covariance import OutlierModel
 from .job_model import learn, new_job_state, score_job
 from .paths import disturbed, fast_path, hardware_path, slow_path, step_path
 from .peerless import fleet_baseline, score_peerless
+from .robust import safe_log
 from .state import (
     BLIND_REASONS,
     CAUSES,
@@ -73,7 +74,7 @@ from .state import (
 from .window import Window
 
 # Evidence keys that say how a flag was raised: kept when a later cycle names its hardware cause.
-FLAG_KEYS = ("path", "peers_wait")
+FLAG_KEYS = ("path", "peers_wait", "scope", "gpus", "impact")
 
 __all__ = [
     "BLIND_REASONS",
@@ -250,12 +251,13 @@ class Detector:
                 node_state.recent.clear()
             else:
                 flag = node_state.flag
+                flag.evidence["impact"] = _impact(state, candidate, window, pos, flag)
                 flag.score = node_z
                 flag.updated = window.end
-                if flag.cause == "unknown":
+                if flag.cause in ("unknown", "clocks"):
                     # A hardware signal can lag the slowdown (a GPU heats up before it throttles).
                     cause, evidence = cause_of(self.config, window, candidate.window_nodes, pos, gpu, node_z)
-                    if cause != "unknown":
+                    if cause not in ("unknown", flag.cause):
                         evidence.update({k: v for k, v in flag.evidence.items() if k in FLAG_KEYS})
                         flag.cause, flag.evidence = cause, evidence
                         events.append(Event("cause", window.end, flag))
@@ -299,7 +301,28 @@ class Detector:
             if peers_wait is not None and math.isfinite(peers_wait):
                 evidence["peers_wait"] = round(peers_wait, 4)
             name = window.nodes[candidate.window_nodes[pos]]
+            scope, slow_gpus = gpu_scope(candidate.resid[pos])
+            impact = _impact(self.jobs[candidate.job], candidate, window, pos)
+            evidence.update(scope=scope, gpus=slow_gpus, impact=impact)
+            named = gpu if scope == "gpu" else None
             node_state.flag = Straggler(
-                candidate.job, name, cause, gpu, node_z, window.end, evidence, window.end
+                candidate.job, name, cause, named, node_z, window.end, evidence, window.end
             )
             events.append(Event("flag", window.end, node_state.flag))
+
+
+def _impact(
+    state: JobState, candidate: Candidate, window: Window, pos: int, before: Straggler | None = None
+) -> dict[str, float]:
+    """The flag's cost to its job so far (anomaly/cause.py job_impact): how far the peers' activity fell
+    below their own usual level (they wait for the straggler; the straggler itself stays busy), added up
+    over the windows since the flag (``before``: the flag as the last cycle left it)."""
+    drop = safe_log(window.tensor[candidate.window_nodes]) - state.own
+    peers = np.delete(drop, pos, axis=0)
+    finite = peers[np.isfinite(peers)]
+    fallen = -float(np.median(finite)) if finite.size else 0.0
+    gpus = int(np.isfinite(candidate.resid).sum())
+    if before is None:
+        return job_impact(fallen, gpus, 0.0)
+    lost = float(before.evidence.get("impact", {}).get("gpu_hours_lost", 0.0))
+    return job_impact(fallen, gpus, window.end - before.updated, lost)

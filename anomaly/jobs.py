@@ -12,6 +12,10 @@ Three sources, in order of trust:
    pod label's key sanitised (every character outside ``[a-zA-Z0-9_]`` becomes ``_``), so the keys
    are matched in that form. Scheduler ``kubernetes``, job id = ``<namespace>/<name>``: two teams may
    both call their JobSet ``pretrain``, and the namespace is what tells them apart.
+4. **The pod's owners** (``--pod-owners``: the API server, anomaly/owners.py), for GPU series with
+   ``pod`` and ``namespace`` but no controller label (the GPU operator's dcgm-exporter publishes no pod
+   labels by default): the outermost controller above the pod, named ``<namespace>/<name>`` as above,
+   so the same job has the same id whichever way it was found.
 
 A node a slurmrestd job holds is that job's; label-derived jobs only fill the nodes no slurmrestd job
 lists (a fleet of Slurm and Kubernetes nodes side by side, or slurmrestd down). Everything that names a
@@ -25,6 +29,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .owners import PodOwners
 
 SLURM = "slurm"
 HPC_JOB_LABEL = "hpc_job-label"
@@ -73,6 +81,7 @@ class JobIdentity:
     """Reads a job from one GPU series' labels (``hpc_job``, else the first listed pod label)."""
 
     pod_label_keys: tuple[str, ...] = DEFAULT_POD_LABEL_KEYS
+    owners: PodOwners | None = field(default=None, compare=False)
     _sanitised: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +95,11 @@ class JobIdentity:
             name = labels.get(key)
             if name:
                 return JobRef(f"{namespace}/{name}" if namespace else str(name), KUBERNETES, namespace)
+        pod = str(labels.get("pod") or "")
+        if self.owners is not None and pod and namespace:
+            owner = self.owners.owner(namespace, pod)
+            if owner is not None:
+                return JobRef(f"{namespace}/{owner.name}", KUBERNETES, namespace)
         return None
 
 

@@ -31,13 +31,15 @@ RECORDED_FRESH, RECORDED_FRESH_S = "1m", 60
 # Recorded only where above 0 (Queries.recording_rules): absent means 0.
 SPARSE_RECORDS = frozenset({"brake", "thermal", "pcie_downgraded", "ib_errors"})
 # The labels a node's jobs, GPU model and cluster are read from (anomaly/jobs.py: hpc_job, else the first
-# listed pod label, with its namespace); the recorded per-GPU values carry only cluster, node and gpu.
+# listed pod label, with its namespace, else the pod's owners); the recorded per-GPU values carry only
+# cluster, node and gpu.
 JOB_LABELS = (
     "cluster",
     "node",
     "modelName",
     "hpc_job",
     "namespace",
+    "pod",
     *map(sanitize_label_name, DEFAULT_POD_LABEL_KEYS),
 )
 

@@ -30,6 +30,7 @@ from fleetsight import auth
 from .detector import Blind, Detector, DetectorConfig, Event, Straggler
 from .jobs import JobIdentity, JobRef, pod_label_keys
 from .notify import HealthNotifier
+from .owners import PodOwners
 from .source import PrometheusSource, SourceError
 from .window import Window
 
@@ -47,6 +48,8 @@ class ServiceConfig:
     # Training-job controller pod-label keys, in order (anomaly/jobs.py; FLEETSIGHT_JOB_POD_LABELS).
     pod_label_keys: tuple[str, ...] = field(default_factory=pod_label_keys)
     cluster: str = ""  # the `cluster` of the job-node series where the GPU series carry none
+    # The API server's pod owners, for GPU pods without controller labels (anomaly/owners.py).
+    pod_owners: PodOwners | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class AnomalyService:
         self.source = source or PrometheusSource(
             config.prometheus_url, Queries(config.window, config.step), config.slurm_url
         )
-        self.source.identity = JobIdentity(tuple(config.pod_label_keys))
+        self.source.identity = JobIdentity(tuple(config.pod_label_keys), config.pod_owners)
         self.detector = Detector(config.detector)
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -225,7 +228,14 @@ class AnomalyService:
                 "quiet_jobs": quiet,
                 "stragglers": len(self.stragglers),
                 "blind_nodes": len({(b.job, b.node) for b in self.blind}),
+                "pod_owners": self._owners_status(),
             }
+
+    def _owners_status(self) -> dict[str, Any] | None:
+        owners = self.config.pod_owners
+        if owners is None:
+            return None
+        return {"url": owners.api.url, "errors": owners.errors, "last_error": owners.last_error}
 
 
 class ServiceCollector(Collector):
@@ -277,6 +287,12 @@ class ServiceCollector(Collector):
             mode.add_metric([s.source.mode_now], 1.0)
         yield mode
         yield CounterMetricFamily("fleetsight_anomaly_cycles", "Detection cycles completed.", value=cycles)
+        if s.config.pod_owners is not None:
+            yield CounterMetricFamily(
+                "fleetsight_anomaly_pod_owner_errors",
+                "Pod owner lookups in the API server that failed (the pod's node counts as in no job).",
+                value=s.config.pod_owners.errors,
+            )
         yield CounterMetricFamily(
             "fleetsight_anomaly_cycle_errors", "Cycles skipped because the source failed.", value=errors
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-CAUSES = ("power_brake", "thermal", "pcie", "network", "unknown")
+CAUSES = ("power_brake", "thermal", "pcie", "clocks", "network", "unknown")
 # Why the detector cannot see a node of a job (docs/anomaly.md, "Blind nodes"): its profiling fields read 0
 # while its power says it works (DCGM's profiling module held by another client), it publishes power but no
 # profiling field, or it has no sample at all (its dcgm-exporter is silent).
@@ -64,6 +64,9 @@ class DetectorConfig:
     mcd_min_rows: int = 200  # no model (the z-score decides) before this many calm rows
     mcd_refit_every: int = 20  # cycles between refits of the model
     hardware_share: float = 0.5  # share of a window's samples with a throttle bit that counts as a signal
+    # Cause "clocks": the GPU's SM clock this far below its peers' median with no throttle reason (the
+    # H100's boost clock varies a few percent with temperature and load between healthy GPUs).
+    clock_drop: float = 0.10
     few_nodes: int = 8  # jobs under this many nodes take their scale from their own recent windows
     # (a few nodes' cross-section swings by itself) and have the hardware path below
     hw_lower: float = 0.05  # small jobs' hardware path: power or SM clock (log) this far below the
@@ -131,7 +134,7 @@ class Straggler:
     job: str
     node: str
     cause: str
-    gpu: int
+    gpu: int | None  # None: the whole node is slow (evidence "scope": "node"), not one GPU
     score: float
     since: float
     evidence: dict[str, Any]

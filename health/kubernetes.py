@@ -16,27 +16,25 @@ What FleetSight set is recorded on the node itself (annotations ``fleetsight.io/
 operator cordoned is never uncordoned, and their taints are never touched. An operator takes a cordon
 over from FleetSight by removing the annotation (``kubectl annotate node N fleetsight.io/cordoned-``).
 
-Plain httpx against the API, not the official ``kubernetes`` client: four calls (list nodes, patch a
-node, patch its status, read one), httpx is already the project's HTTP client, and the official client
-brings a generated package of several MB and its own dependencies for them. Node writes carry the
+The API client is the core's (fleetsight/kubeapi.py, plain httpx) with the four node calls the sync
+makes (list nodes, patch a node, patch its status, read one). Node writes carry the
 resourceVersion read (a taint list is replaced whole, so a concurrent writer makes the patch fail with
 409 and the node is read again) and are sent only when something changes.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import logging
-import os
-import ssl
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import yaml
+
+from fleetsight import kubeapi
 
 from .model import FIT_STATES
 from .policy import Policy
@@ -51,12 +49,11 @@ TAINT_KEY = "fleetsight.io/unhealthy"
 CORDONED = "fleetsight.io/cordoned"  # "true": FleetSight set spec.unschedulable
 TAINTS = "fleetsight.io/taints"  # the effects of FleetSight's taints, comma-separated
 EFFECTS = ("NoSchedule", "NoExecute")
-IN_CLUSTER = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MESSAGE_MAX = 1024
 CONFLICT_RETRIES = 3
 
 
-class KubernetesError(SyncError):
+class KubernetesError(SyncError, kubeapi.KubeAPIError):
     """The API server could not be read or written; the message says which call and why."""
 
 
@@ -100,39 +97,10 @@ def load_kube_policy(path: Path) -> KubePolicy:
 
 # ---------------------------------------------------------------------------------- the API
 @dataclass
-class KubeAPI:
-    """The API server: a base URL, a bearer token and the CA to check it with."""
+class KubeAPI(kubeapi.KubeAPI):
+    """The API server, with the node calls the sync makes; its failures are KubernetesError."""
 
-    url: str
-    token: str
-    verify: str | bool | ssl.SSLContext = True  # a CA file, a context, or False (insecure-skip-tls-verify)
-    timeout: float = 10.0
-    client: httpx.Client = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.client = httpx.Client(
-            base_url=self.url.rstrip("/"),
-            headers={"Authorization": f"Bearer {self.token}"},
-            verify=ssl.create_default_context(cafile=self.verify)
-            if isinstance(self.verify, str)
-            else self.verify,
-            timeout=self.timeout,
-        )
-
-    def close(self) -> None:
-        self.client.close()
-
-    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise KubernetesError(f"{method} {path}: {exc}") from exc
-        if response.status_code >= 400:
-            detail = response.json().get("message", "") if response.content else ""
-            error = KubernetesError(f"{method} {path}: HTTP {response.status_code} {detail}".strip())
-            error.status = response.status_code  # type: ignore[attr-defined]
-            raise error
-        return response.json()
+    error: ClassVar[type[kubeapi.KubeAPIError]] = KubernetesError
 
     def nodes(self) -> list[dict[str, Any]]:
         return self.request("GET", "/api/v1/nodes")["items"]
@@ -151,43 +119,13 @@ class KubeAPI:
 
 
 def from_kubeconfig(path: Path) -> KubeAPI:
-    """The current context of a kubeconfig: server, token (or token file) and CA. Client certificates
-    are not supported: the sync authenticates as a ServiceAccount or a token user."""
-    config = yaml.safe_load(path.read_text()) or {}
-    by_name = {
-        k: {i["name"]: i[k[:-1]] for i in config.get(k) or []} for k in ("clusters", "users", "contexts")
-    }
-    context = by_name["contexts"].get(config.get("current-context", ""))
-    if context is None:
-        raise KubernetesError(f"{path}: no current-context")
-    cluster, user = by_name["clusters"][context["cluster"]], by_name["users"].get(context.get("user", ""), {})
-    token = user.get("token") or (Path(user["tokenFile"]).read_text().strip() if "tokenFile" in user else "")
-    if not token:
-        raise KubernetesError(
-            f"{path}: the current user has no token (client certificates are not supported)"
-        )
-    verify: str | bool | ssl.SSLContext = True
-    if cluster.get("insecure-skip-tls-verify"):
-        verify = False
-    elif "certificate-authority" in cluster:
-        verify = cluster["certificate-authority"]
-    elif "certificate-authority-data" in cluster:
-        pem = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        verify = ssl.create_default_context(cadata=pem)
-    return KubeAPI(cluster["server"], token, verify)
+    """The current context of a kubeconfig (fleetsight/kubeapi.py)."""
+    return kubeapi.from_kubeconfig(path, KubeAPI)
 
 
 def connect(kubeconfig: Path | None) -> KubeAPI:
     """A kubeconfig when given (or $KUBECONFIG), else the pod's ServiceAccount (in-cluster)."""
-    path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
-    if path is not None:
-        return from_kubeconfig(path)
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host or not (IN_CLUSTER / "token").exists():
-        raise KubernetesError("no kubeconfig (--kubeconfig, $KUBECONFIG) and not running in a pod")
-    return KubeAPI(
-        f"https://{host}:{port}", (IN_CLUSTER / "token").read_text().strip(), str(IN_CLUSTER / "ca.crt")
-    )
+    return kubeapi.connect(kubeconfig, KubeAPI)
 
 
 # ---------------------------------------------------------------------------------- inventory

@@ -8,6 +8,7 @@ import json
 import subprocess
 
 import pytest
+import yaml
 
 from anomaly.detector import Event, Straggler
 from evaluation import anomaly as evaluation
@@ -17,16 +18,25 @@ from fleetsight.slurmrest import expand_hostlist, running_jobs
 from support import FLEETSIGHT
 
 # Scenario files of evaluation/scenarios/anomaly: one fault each, in a job of 8 or 16 nodes.
+# Scope: a PSU failure brakes every GPU of the node and a gray node slows them all ("node", no GPU
+# named); a hot GPU or a downgraded link slows one ("gpu", that GPU).
 CASES = [
-    ("psu_cap150_16n", "power_brake", 60.0),
-    ("thermal_r06_8n", "thermal", 60.0),
-    ("pcie_gen1_16n", "pcie", 120.0),
-    ("gray_x13_8n", "unknown", 120.0),
+    ("psu_cap150_16n", "power_brake", 60.0, "node"),
+    ("thermal_r06_8n", "thermal", 60.0, "gpu"),
+    ("pcie_gen1_16n", "pcie", 120.0, "gpu"),
+    ("gray_x13_8n", "unknown", 120.0, "node"),
 ]
 
 
-@pytest.mark.parametrize(("scenario", "cause", "latency_s"), CASES)
-def test_straggler_flagged_with_cause(scenario: str, cause: str, latency_s: float) -> None:
+def fault_gpu_and_job_size(scenario: str) -> tuple[int | None, int]:
+    """The faulty GPU (None: the node's) and the job's GPU count, from the scenario file."""
+    spec = yaml.safe_load(resolve_scenario(scenario).read_text())
+    first, last = spec["jobs"][0]["nodes"].split("-")  # the twin's range, e.g. n0001-n0016
+    return spec["faults"][0]["target"].get("gpu"), 8 * (int(last[1:]) - int(first[1:]) + 1)
+
+
+@pytest.mark.parametrize(("scenario", "cause", "latency_s", "scope"), CASES)
+def test_straggler_flagged_with_cause(scenario: str, cause: str, latency_s: float, scope: str) -> None:
     run = evaluation.run_scenario(resolve_scenario(scenario))
     episodes = [e for e in run.episodes if e.counted]
     assert len(episodes) == 1, f"the twin's truth should hold one slowing fault: {run.episodes}"
@@ -42,6 +52,16 @@ def test_straggler_flagged_with_cause(scenario: str, cause: str, latency_s: floa
     assert evidence["tensor_active"] > evidence["tensor_active_peers_median"]
     clears = [e for e in run.events["detector"] if e.kind == "clear"]
     assert clears and clears[0].time >= episode.end, "the flag must hold while the fault lasts"
+    # The GPU where one GPU is the cause, none where the whole node is.
+    assert evidence["scope"] == scope
+    gpu, job_gpus = fault_gpu_and_job_size(scenario)
+    assert flag.straggler.gpu == gpu and evidence["gpus"] == ([gpu] if scope == "gpu" else list(range(8)))
+    # The job's cost: GPU-hours its GPUs idled, against the twin's truth (slowdown while it paced).
+    impact = evidence["impact"]
+    idle = episode.slowdown / (1 + episode.slowdown)
+    truth = idle * job_gpus * episode.pacing_s / 3600
+    assert impact["job_gpus"] == job_gpus
+    assert 0.7 * truth <= impact["gpu_hours_lost"] <= 1.3 * truth, (impact, truth)
 
 
 def test_two_stragglers_in_one_job_and_small_jobs() -> None:

@@ -68,8 +68,13 @@ def with_dcgm() -> list[dict[str, Any]]:
 
 def test_defaults_render_the_services_without_the_operator(default: list[dict[str, Any]]) -> None:
     found = kinds(default)
-    # no dcgm-exporter by default, so no light checks either (they would only read nothing)
-    assert sorted(found["DaemonSet"]) == ["fs-fleetsight-node-agent"]
+    # dcgmExporter.enabled "auto" with no cluster to look in (helm template): the chart's own exporter,
+    # and the light checks that read it
+    assert sorted(found["DaemonSet"]) == [
+        "fs-fleetsight-checks-light",
+        "fs-fleetsight-dcgm-exporter",
+        "fs-fleetsight-node-agent",
+    ]
     assert sorted(found["Deployment"]) == [
         "fs-fleetsight-anomaly",
         "fs-fleetsight-chatbot",
@@ -200,7 +205,9 @@ def test_the_results_token_is_one_secret_for_the_checks_service_and_its_posters(
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     service = workload(with_dcgm, "Deployment", "fs-fleetsight-checks")["spec"]["template"]["spec"]
     light = workload(with_dcgm, "DaemonSet", "fs-fleetsight-checks-light")["spec"]["template"]["spec"]
-    for pod in (service, light):
+    cycle = workload(with_dcgm, "CronJob", "fs-fleetsight-checks-scheduler")["spec"]["jobTemplate"]["spec"]
+    cycle = cycle["template"]["spec"]  # the pass posts its scan report (/v1/scans) itself
+    for pod in (service, light, cycle):
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["results-token"]["secret"]["secretName"] == "fs-fleetsight-checks-results"
         mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
@@ -210,8 +217,9 @@ def test_the_results_token_is_one_secret_for_the_checks_service_and_its_posters(
             "readOnly": True,
         }
     assert "--results-token-file=/etc/fleetsight/results/token" in service["containers"][0]["args"]
-    env = {e["name"]: e.get("value") for e in light["containers"][0]["env"]}
-    assert env["FLEETSIGHT_CHECKS_TOKEN_FILE"] == "/etc/fleetsight/results/token"
+    for pod in (light, cycle):
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["FLEETSIGHT_CHECKS_TOKEN_FILE"] == "/etc/fleetsight/results/token"
     cron = workload(with_dcgm, "CronJob", "fs-fleetsight-checks-scheduler")
     args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--token-secret=fs-fleetsight-checks-results" in args  # the Jobs' FLEETSIGHT_CHECKS_TOKEN
@@ -275,7 +283,7 @@ def test_persistence_is_for_one_health_replica() -> None:
     assert result.returncode != 0 and "health.persistence is for one replica" in result.stderr
 
 
-def test_only_the_health_service_dcgm_exporter_and_checks_scheduler_get_api_rights(
+def test_only_the_health_service_dcgm_exporter_anomaly_and_checks_scheduler_get_api_rights(
     full: list[dict[str, Any]],
 ) -> None:
     roles = {o["metadata"]["name"]: o["rules"] for o in full if o["kind"] == "ClusterRole"}
@@ -302,6 +310,12 @@ def test_only_the_health_service_dcgm_exporter_and_checks_scheduler_get_api_righ
         ],
         # pod labels: dcgm-exporter gets the pod of each GPU, nothing more
         "fs-fleetsight-dcgm-exporter": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
+        # pod owners: the anomaly service gets a GPU pod and the Job or StatefulSet above it
+        "fs-fleetsight-anomaly": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]},
+        ],
     }
     subjects = {o["roleRef"]["name"]: o["subjects"] for o in full if o["kind"] == "ClusterRoleBinding"}
     roles[scheduler] = []
@@ -493,13 +507,19 @@ def catalog() -> dict[str, Any]:
     return yaml.safe_load((REPO_ROOT / "checks" / "catalog.yml").read_text())["checks"]
 
 
-def test_without_a_dcgm_exporter_no_light_check_reads_one(default: list[dict[str, Any]]) -> None:
-    """Installed as shipped (no dcgm-exporter of the chart's, none named): no light-check DaemonSet that
-    would read an exporter nobody runs; the tools file names no dcgm_metrics."""
-    assert "fs-fleetsight-checks-light" not in kinds(default)["DaemonSet"]
-    assert "dcgm_metrics" not in light_tools(default)
+def test_without_a_dcgm_exporter_no_light_check_reads_one() -> None:
+    """No dcgm-exporter of the chart's, none named: no light-check DaemonSet that would read an exporter
+    nobody runs; the tools file names no dcgm_metrics."""
+    without = render("--set", "dcgmExporter.enabled=false")
+    assert "fs-fleetsight-checks-light" not in kinds(without)["DaemonSet"]
+    assert "dcgm_metrics" not in light_tools(without)
     # a check whose source the chart does deploy still runs: h2d_bandwidth reads the chart's node agent
-    objects = render("--set", "checks.light.checks={row_remap,h2d_bandwidth,dcgm_diag_r1}")
+    objects = render(
+        "--set",
+        "dcgmExporter.enabled=false",
+        "--set",
+        "checks.light.checks={row_remap,h2d_bandwidth,dcgm_diag_r1}",
+    )
     assert light_checks(objects) == ["h2d_bandwidth"]
 
 

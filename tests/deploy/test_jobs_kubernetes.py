@@ -8,12 +8,18 @@ series, and the node's GPU alert carries the job.
 The pods come from the twin's own pod factory (twin/dcgm.py ``jobset_pod``, ``pytorchjob_pod``), so
 the API server's validation holds the twin's picture of the controllers' labels to Kubernetes's rules,
 and the job ids the service reports are compared with the ids read back from the API server's pods.
+
+Run twice: with pod labels on the GPU series, and as NVIDIA's GPU operator runs dcgm-exporter by default
+(pod and namespace only), where the service (``--pod-owners``) names the jobs from the pods' owners in
+the API server (the JobSet's pods belong to its Job, which belongs to the JobSet; the PyTorchJob owns its
+pods): the same ids either way.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,9 +80,15 @@ SCENARIO = {
 FAST_CYCLES = ("--interval", "2", "--window", "8s", "--step", "1s")
 
 
-def pod_body(name: str, node: str, labels: dict[str, str], container: str) -> dict[str, Any]:
+def owner(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def pod_body(
+    name: str, node: str, labels: dict[str, str], container: str, owned_by: dict[str, Any]
+) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": labels, "ownerReferences": [owned_by]},
         "spec": {
             "nodeName": node,
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
@@ -86,17 +98,38 @@ def pod_body(name: str, node: str, labels: dict[str, str], container: str) -> di
 
 
 def create_training_pods(cluster: Cluster) -> None:
-    """The JobSet's worker pods and the PyTorchJob's master and worker, one per simulated GPU node."""
+    """The JobSet's worker pods and the PyTorchJob's master and worker, one per simulated GPU node, owned
+    as their controllers own them (no controller runs here: the Job is suspended, the JobSet and
+    PyTorchJob are only named, which the garbage collector leaves alone as it cannot resolve them)."""
     for job in (JOBSET, PYTORCHJOB):
         cluster.create("/api/v1/namespaces", {"metadata": {"name": job["namespace"]}})
+    jobset = owner("jobset.x-k8s.io/v1alpha2", "JobSet", JOBSET["name"], str(uuid.uuid4()))
+    child_name = f"{JOBSET['name']}-workers-0"
+    child = cluster.create(
+        f"/apis/batch/v1/namespaces/{JOBSET['namespace']}/jobs",
+        {
+            "metadata": {"name": child_name, "ownerReferences": [jobset]},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "trainer", "image": "example.org/train:1"}],
+                    }
+                },
+            },
+        },
+    )
+    by_job = owner("batch/v1", "Job", child_name, child["metadata"]["uid"])
     for rank, node in enumerate(JOBSET["nodes"]):
         name, labels = jobset_pod(JOBSET["name"], rank, len(JOBSET["nodes"]))
         path = f"/api/v1/namespaces/{JOBSET['namespace']}/pods"
-        cluster.create(path, pod_body(name, node, labels, "trainer"))
+        cluster.create(path, pod_body(name, node, labels, "trainer", by_job))
+    pytorchjob = owner("kubeflow.org/v1", "PyTorchJob", PYTORCHJOB["name"], str(uuid.uuid4()))
     for rank, node in enumerate(PYTORCHJOB["nodes"]):
         name, labels = pytorchjob_pod(PYTORCHJOB["name"], rank)
         path = f"/api/v1/namespaces/{PYTORCHJOB['namespace']}/pods"
-        cluster.create(path, pod_body(name, node, labels, "pytorch"))
+        cluster.create(path, pod_body(name, node, labels, "pytorch", pytorchjob))
 
 
 def jobs_from_api(cluster: Cluster) -> dict[str, set[str]]:
@@ -106,7 +139,9 @@ def jobs_from_api(cluster: Cluster) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for namespace in (JOBSET["namespace"], PYTORCHJOB["namespace"]):
         for pod in cluster.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
-            if pod["status"].get("phase") != "Running":
+            # kwok's default pod-complete stage ends a Job's pods at once (the JobSet's here); the twin
+            # keeps their GPUs training, which is what the series show: started is what counts
+            if pod["status"].get("phase") not in ("Running", "Succeeded"):
                 continue
             labels = {sanitize_label_name(k): v for k, v in pod["metadata"]["labels"].items()}
             ref = identity.of_labels({**labels, "namespace": namespace})
@@ -155,9 +190,11 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
                 process.kill()
 
 
-def start_twin(tmp_path: Path, processes: list[subprocess.Popen[bytes]]) -> str:
+def start_twin(tmp_path: Path, processes: list[subprocess.Popen[bytes]], pod_labels: bool) -> str:
     scenario = tmp_path / "k8s_psu_live.yaml"
-    scenario.write_text(yaml.safe_dump(SCENARIO))
+    scenario.write_text(
+        yaml.safe_dump({**SCENARIO, "dcgm": {"labels": "kubernetes", "pod_labels": pod_labels}})
+    )
     log = tmp_path / "twin.log"
     command = [*FLEETSIGHT, "twin", "run", "--scenario", str(scenario), "--out", str(tmp_path / "twin")]
     command += ["--speed", "8", "--serve", "--listen", "127.0.0.1:0"]
@@ -169,17 +206,22 @@ def start_twin(tmp_path: Path, processes: list[subprocess.Popen[bytes]]) -> str:
     )
 
 
-def start_anomaly(tmp_path: Path, prometheus_url: str, port: int) -> subprocess.Popen[bytes]:
-    """The service with no --slurm-url: jobs can only come from the GPUs' pod labels."""
+def start_anomaly(
+    tmp_path: Path, prometheus_url: str, port: int, kubeconfig: Path | None
+) -> subprocess.Popen[bytes]:
+    """The service with no --slurm-url: jobs can only come from the GPUs' pod labels, or with a
+    kubeconfig from the pods' owners."""
     args = [*FLEETSIGHT, "anomaly", "serve", "--prometheus-url", prometheus_url]
     args += ["--listen", f"127.0.0.1:{port}", "--cluster", "k8s-live", *FAST_CYCLES]
+    if kubeconfig is not None:
+        args += ["--pod-owners", "--kubeconfig", str(kubeconfig)]
     log = (tmp_path / "anomaly.log").open("w")
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
 
 
-def test_a_kubernetes_jobs_straggler_is_flagged_by_name_and_its_alert_carries_the_job(
-    cluster: Cluster, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
-) -> None:
+@pytest.fixture(scope="module")
+def training_pods(cluster: Cluster) -> dict[str, set[str]]:
+    """The pods on their simulated GPU nodes; job id -> nodes, as the API server's pods say."""
     for node in JOBSET["nodes"] + PYTORCHJOB["nodes"]:
         cluster.add_node(node, {"nvidia.com/gpu.present": "true"})
     nodes = JOBSET["nodes"] + PYTORCHJOB["nodes"]
@@ -188,19 +230,31 @@ def test_a_kubernetes_jobs_straggler_is_flagged_by_name_and_its_alert_carries_th
     api_jobs = wait_until(
         lambda: (jobs := jobs_from_api(cluster)) and sum(map(len, jobs.values())) == 6 and jobs,
         timeout=60,
-        what="the six training pods Running on the simulated GPU nodes",
+        what="the six training pods started on the simulated GPU nodes",
     )
     assert api_jobs == {
         "training/pretrain-k": set(JOBSET["nodes"]),
         "team-b/finetune-p": set(PYTORCHJOB["nodes"]),
     }
+    return api_jobs
 
-    twin_url = start_twin(tmp_path, processes)
+
+@pytest.mark.parametrize("pod_labels", [True, False], ids=["pod-labels", "gpu-operator-default-owners"])
+def test_a_kubernetes_jobs_straggler_is_flagged_by_name_and_its_alert_carries_the_job(
+    cluster: Cluster,
+    training_pods: dict[str, set[str]],
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
+    pod_labels: bool,
+) -> None:
+    api_jobs = training_pods
+    twin_url = start_twin(tmp_path, processes, pod_labels)
     assert get_json(f"{twin_url}/slurm/v0.0.40/jobs")["jobs"] == []  # no Slurm anywhere
     prom_port, anomaly_port = free_port(), free_port()
     processes.append(start_prometheus(tmp_path / "prometheus", prom_port, twin_url, anomaly_port))
     prometheus_url = f"http://127.0.0.1:{prom_port}"
-    processes.append(start_anomaly(tmp_path, prometheus_url, anomaly_port))
+    owners_from = None if pod_labels else cluster.admin_kubeconfig
+    processes.append(start_anomaly(tmp_path, prometheus_url, anomaly_port, owners_from))
     api = f"http://127.0.0.1:{anomaly_port}"
 
     def flagged() -> list[dict[str, Any]]:

@@ -270,11 +270,11 @@ Service, with metricsAuth's TLS (the chart's CA, the name the certificate is iss
 {{- end -}}
 
 {{/* The light checks' tools file (checks/tools.yml's `tools`): dcgm_metrics is the chart's dcgm-exporter
-when dcgmExporter.enabled, else checks.light.externalDcgmExporter when it has a url, else absent;
+when it deploys one (fleetsight.dcgmExporterMode "chart"), else checks.light.externalDcgmExporter when it has a url, else absent;
 node_agent_metrics the chart's node agent when nodeAgent.enabled; checks.light.tools over both. */}}
 {{- define "fleetsight.lightTools" -}}
 {{- $tools := dict -}}
-{{- if .Values.dcgmExporter.enabled -}}
+{{- if eq (include "fleetsight.dcgmExporterMode" .) "chart" -}}
 {{- $own := include "fleetsight.ownExporterTool" (dict "root" . "component" "dcgm-exporter" "port" .Values.dcgmExporter.port) | fromJson -}}
 {{- $_ := set $tools "dcgm_metrics" $own.entry -}}
 {{- else if .Values.checks.light.externalDcgmExporter.url -}}
@@ -343,4 +343,42 @@ checks/tools.yml's format). */}}
 {{- end -}}
 {{- end -}}
 {{- toJson (dict "images" $images "tools" $tools) -}}
+{{- end -}}
+
+{{/* A dcgm-exporter someone else runs (NVIDIA's GPU operator, NVIDIA's own chart, a hand-made one): with
+dcgmExporter.enabled "auto", the first DaemonSet of the cluster (any namespace, not this chart's) whose
+container runs NVIDIA's dcgm-exporter image, read with `lookup` at install and upgrade. Two exporters on
+one GPU fight over DCGM's profiling module (one reads 0), so a found one is used, never doubled. JSON:
+{} when none, else namespace, name, matchLabels and port (its metrics container port's name, or number).
+`helm template` has no cluster to ask: nothing is found there. */}}
+{{- define "fleetsight.dcgmExporterFound" -}}
+{{- $found := dict -}}
+{{- if eq (toString .Values.dcgmExporter.enabled) "auto" -}}
+{{- range (lookup "apps/v1" "DaemonSet" "" "").items | default list -}}
+{{- $ds := . -}}
+{{- $ours := eq (index ($ds.metadata.labels | default dict) "app.kubernetes.io/name" | default "") "fleetsight" -}}
+{{- range $ds.spec.template.spec.containers -}}
+{{- if and (not $ours) (not $found.name) (contains "dcgm-exporter" (toString .image)) -}}
+{{- $port := "9400" -}}
+{{- with .ports -}}{{- $first := first . -}}{{- $port = $first.name | default (toString $first.containerPort) -}}{{- end -}}
+{{- $found = dict "namespace" $ds.metadata.namespace "name" $ds.metadata.name "matchLabels" $ds.spec.selector.matchLabels "port" $port -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $found -}}
+{{- end -}}
+
+{{/* Which dcgm-exporter FleetSight reads: "chart" (this chart's DaemonSet: enabled true, or "auto" with
+none found and none named), "found" (enabled "auto" and another one runs: fleetsight.dcgmExporterFound),
+"off" (false, or "auto" with checks.light.externalDcgmExporter.url naming the one the site runs). */}}
+{{- define "fleetsight.dcgmExporterMode" -}}
+{{- $enabled := .Values.dcgmExporter.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- if (include "fleetsight.dcgmExporterFound" . | fromJson).name -}}found
+{{- else if .Values.checks.light.externalDcgmExporter.url -}}off
+{{- else -}}chart{{- end -}}
+{{- else if $enabled -}}chart
+{{- else -}}off
+{{- end -}}
 {{- end -}}
