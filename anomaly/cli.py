@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -17,6 +18,7 @@ from fleetsight.logs import setup_logging
 from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
 from .jobs import DEFAULT_POD_LABEL_KEYS, pod_label_keys
+from .sdc_cli import sdc as sdc_group
 
 DEFAULT_LISTEN = "127.0.0.1:19140"
 
@@ -66,6 +68,18 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
     return decorate
 
 
+def _pod_owners(kubeconfig: Path | None) -> Any:
+    """The API server's pod owners, or a usage error that says why it cannot be reached."""
+    from fleetsight.kubeapi import KubeAPIError, connect
+
+    from .owners import PodOwners
+
+    try:
+        return PodOwners(connect(kubeconfig))
+    except (KubeAPIError, OSError, KeyError) as exc:
+        raise click.UsageError(f"--pod-owners: {exc}") from None
+
+
 @cli.command(short_help="Run the service: flag stragglers every cycle, serve the API.")
 @reading_options(
     "slurmrestd base URL (http://slurmrestd:6820: the newest API version it offers) or a versioned "
@@ -96,6 +110,22 @@ def reading_options(slurm_help: str) -> Callable[[Callable[..., Any]], Callable[
     default="",
     help="`cluster` of the job-node series where the GPU series carry none.",
 )
+@click.option(
+    "--pod-owners/--no-pod-owners",
+    envvar="FLEETSIGHT_POD_OWNERS",
+    default=False,
+    show_default=True,
+    help="On Kubernetes, name the job of a GPU pod without controller labels (the GPU operator's "
+    "dcgm-exporter publishes none by default) from its owners in the API server: JobSet, PyTorchJob, "
+    "TrainJob, LeaderWorkerSet, Job. Reads pods, jobs and statefulsets (get).",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="KUBECONFIG",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --pod-owners: the API server's kubeconfig (token users); default: the pod's ServiceAccount.",
+)
 @web_config_option
 def serve(
     prometheus_url: str,
@@ -107,6 +137,8 @@ def serve(
     step: str,
     job_pod_labels: str,
     cluster: str,
+    pod_owners: bool = False,
+    kubeconfig: Path | None = None,
     web_config_file: str | None = None,
 ) -> None:
     """Run the service: read Prometheus every cycle, flag stragglers, serve /metrics and /v1/stragglers.
@@ -116,6 +148,7 @@ def serve(
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19090
       fleetsight anomaly serve --prometheus-url http://thanos-query:10902 \\
           --slurm-url http://slurmrestd:6820 --listen 0.0.0.0:9140
+      fleetsight anomaly serve --prometheus-url http://prometheus:9090 --pod-owners   # in a pod
       fleetsight anomaly serve --prometheus-url http://127.0.0.1:19090 --interval 10 --window 20s
       fleetsight anomaly serve --prometheus-url http://thanos-query:10902 --token-reads \\
           --web.config.file /etc/fleetsight/web-config.yml    # TLS; Prometheus scrapes with a read token
@@ -143,6 +176,7 @@ def serve(
         step=step,
         pod_label_keys=pod_label_keys(job_pod_labels),
         cluster=cluster,
+        pod_owners=_pod_owners(kubeconfig) if pod_owners else None,
     )
     service = AnomalyService(config)
     logging.getLogger("anomaly").info(
@@ -262,3 +296,6 @@ def _event_line(event: Any) -> dict[str, Any]:
 
 def _iso(unix: float) -> str:
     return dt.datetime.fromtimestamp(unix, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+cli.add_command(sdc_group)  # silent data corruption from the training logs (anomaly/sdc_cli.py)

@@ -1,5 +1,7 @@
 """The anomaly service in the local stack: reads the stack's Prometheus and the twin's slurmrestd jobs,
-serves /metrics (scraped as job "anomaly", which the StragglerNode alert reads) and /v1/stragglers."""
+serves /metrics (scraped as job "anomaly", which the StragglerNode alert reads) and /v1/stragglers; and
+the silent-corruption watch over the training logs in the stack's OpenSearch (anomaly/sdc_watch.py,
+scraped as job "training-sdc", which TrainingSilentCorruptionSuspected reads)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,21 @@ def command(settings: Settings) -> list[str]:
     )
 
 
+def sdc_command(settings: Settings) -> list[str]:
+    """Every 60 s over the last 6 h of steps: the twin's scenarios run for hours, not days."""
+    return fleetsight_command(
+        "anomaly",
+        "sdc",
+        "serve",
+        "--logs-url",
+        settings.url("opensearch"),
+        "--interval",
+        "60",
+        "--listen",
+        f"{settings.host}:{settings.port('training_sdc')}",
+    )
+
+
 COMPONENTS = [
     Component(
         name="anomaly",
@@ -56,5 +73,20 @@ COMPONENTS = [
     ),
 ]
 
-PORTS = {"anomaly": 140}
+COMPONENTS.append(
+    Component(
+        name="training-sdc",
+        description="Silent data corruption: training jobs whose updates turn wrong, from their logs",
+        command=sdc_command,
+        ready=lambda s: http_ok(s.url("training_sdc", "/metrics")),
+        urls=lambda s: {"metrics": s.url("training_sdc", "/metrics")},
+        scrape_configs=scrape_own_port("training-sdc", "training_sdc"),
+        # Reads the training lines the log pipeline indexes; until OpenSearch answers it reports the
+        # store down (fleetsight_training_sdc_source_up 0) and keeps trying.
+        depends_on=("opensearch",),
+        ready_timeout_s=30.0,
+    )
+)
+
+PORTS = {"anomaly": 140, "training_sdc": 149}
 CLI = {"anomaly": (".cli", "straggler detection: serve it, replay it over Prometheus history")}

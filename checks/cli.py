@@ -21,6 +21,7 @@ from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_co
 from . import runner
 from .catalog import CATALOG_FILE, CatalogError, catalog_table, load_catalog
 from .plan import Unit, load_leaf_map
+from .scan_cli import scan_plan_command, scans_option
 
 # `run` and `pair` run on GPU nodes, whose small runtime has no fastapi/uvicorn (deploy/debian/build.py
 # NODE): the service's modules are imported by `serve` alone.
@@ -47,6 +48,7 @@ def cli() -> None:
       fleetsight checks catalog
       fleetsight checks run --node n0001 --check row_remap --check power_brake
       fleetsight checks serve --state-dir /var/lib/fleetsight/checks
+      fleetsight checks scan-plan --checks-url http://checks:9443 --overdue
     """
 
 
@@ -326,6 +328,7 @@ def serve_command(
 @click.option("--budget", default=2, show_default=True, help="Nodes of the cluster under test at most.")
 @click.option("--tools", type=click.Path(path_type=Path), default=runner.TOOLS_FILE, show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), required=True, help="The jobs' output files.")
+@scans_option
 @click.option(
     "--job-token-file",
     default=None,
@@ -341,6 +344,7 @@ def slurm_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     Examples:
       fleetsight checks slurm-cycle --checks-url http://127.0.0.1:9443 --health-url http://127.0.0.1:9441
     """
+    from .scan_cycle import plan_scans, post_reports
     from .slurm import SlurmChecks, validation_requests
 
     catalog = _catalog(options["catalog_file"])
@@ -357,7 +361,12 @@ def slurm_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     health = options["health_url"]
     wanted = validation_requests(health, catalog, options["retry_after"]) if health else []
     wanted += periodic_units(options["checks_url"], options["periodic"], options["every"], slurm.nodes())
-    decision = slurm.cycle(wanted)
+    scans = plan_scans(
+        options["scans"], options["checks_url"], slurm.nodes(), [u for _, u, _ in slurm.running()]
+    )
+    slurm.caps = scans.caps
+    decision = slurm.cycle(wanted + scans.units)
+    reports = post_reports(options["checks_url"], scans, decision)
     results = _results(options["checks_url"])
     slurm.publish_comments(results)
     click.echo(
@@ -367,6 +376,7 @@ def slurm_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
                 "waiting": [
                     {"check": u.check, "nodes": list(u.nodes), "why": w} for u, w in decision.waiting.items()
                 ],
+                "scans": reports,
             }
         )
     )
@@ -437,6 +447,7 @@ def periodic_units(checks_url: str, names: tuple[str, ...], every: float, nodes:
     default=None,
     help="The ConfigMap holding jobs.yml, mounted in the Jobs that run FleetSight beside their tool.",
 )
+@scans_option
 @click.option("--catalog", "catalog_file", type=click.Path(path_type=Path), default=CATALOG_FILE)
 def kube_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     """One pass on Kubernetes: validation checks as pinned Jobs, then the results as node labels.
@@ -446,6 +457,7 @@ def kube_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
       fleetsight checks kube-cycle --checks-url http://checks:9443 --health-url http://health:9441
     """
     from .kube import KubeChecks, KubeClient, load_jobs_file
+    from .scan_cycle import plan_scans, post_reports
     from .slurm import validation_requests
 
     catalog = _catalog(options["catalog_file"])
@@ -468,8 +480,15 @@ def kube_cycle_command(**options) -> None:  # type: ignore[no-untyped-def]
     wanted = validation_requests(health, catalog, options["retry_after"]) if health else []
     results = _results(options["checks_url"])
     nodes = [n["metadata"]["name"] for n in api.request("GET", "/api/v1/nodes")["items"]]
-    decision = kube.cycle(wanted, nodes, {(r["node"], r["check"]): r for r in results})
+    by_key = {(r["node"], r["check"]): r for r in results}
+    scans = plan_scans(options["scans"], options["checks_url"], nodes, kube.running(by_key))
+    kube.caps = scans.caps
+    decision = kube.cycle(wanted + scans.units, nodes, by_key)
+    reports = post_reports(options["checks_url"], scans, decision)
     kube.label_results(results)
     started = [{"check": u.check, "nodes": list(u.nodes)} for u in decision.start]
     waiting = [{"check": u.check, "nodes": list(u.nodes), "why": w} for u, w in decision.waiting.items()]
-    click.echo(json.dumps({"started": started, "waiting": waiting}))
+    click.echo(json.dumps({"started": started, "waiting": waiting, "scans": reports}))
+
+
+cli.add_command(scan_plan_command)

@@ -130,6 +130,7 @@ class KubeChecks:
     images: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tool_commands: Mapping[str, list[str]] = field(default_factory=dict)  # jobs.yml's `tools`
     jobs_config_map: str | None = None  # the ConfigMap holding jobs.yml, mounted where a tool needs it
+    caps: Mapping[str, int] = field(default_factory=dict)  # a scan's own budget (checks/scan.py)
 
     def busy_nodes(self) -> set[str]:
         pods = self.api.request(
@@ -169,7 +170,7 @@ class KubeChecks:
         asked = {n for u in wanted if u.validation for n in u.nodes}  # not a partner: under validation
         wanted = with_partners(wanted, pairs, idle - asked, self.leaf_map)
         sizes = {c.name: c.nodes for c in self.catalog.values()}
-        decision = plan(wanted, idle, self.running(results), self.leaf_map, self.budget, sizes)
+        decision = plan(wanted, idle, self.running(results), self.leaf_map, self.budget, sizes, self.caps)
         for unit in decision.start:
             for job in self.jobs(unit):
                 self.api.request("POST", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", json=job)

@@ -20,6 +20,9 @@ class Unit:
     check: str
     nodes: tuple[str, ...]
     validation: bool = False  # asked for by the health service's validation gate: goes first
+    # order among units of equal standing, lowest first: a scan's last completed run (checks/scan.py),
+    # so the longest-unscanned node goes first; not part of the unit's identity
+    rank: float = field(default=0.0, compare=False)
 
 
 @dataclass
@@ -54,23 +57,31 @@ def plan(
     leaf_map: Mapping[str, frozenset[str]],
     budget: int,
     unit_size: Mapping[str, int] | None = None,
+    caps: Mapping[str, int] | None = None,
 ) -> Decision:
     """Greedy, validation first, then pairs: a unit starts when all its nodes are idle and not under test, its
-    leaves are free, and the budget of nodes under test allows it."""
+    leaves are free, and the budget of nodes under test allows it. ``caps``: at most so many units of a
+    check not asked for by validation at once (a scan plan's own budget, checks/scan.py)."""
     decision = Decision()
     busy_nodes = {n for unit in running for n in unit.nodes}
     busy_leaves = set(leaves_of(busy_nodes, leaf_map))
     under_test = len(busy_nodes)
+    capped = {check: sum(1 for u in running if u.check == check) for check in caps or {}}
     # validation first; then pairs, which need two free nodes and leaves at once and would starve
     # behind single-node work that keeps taking one of them
-    for unit in sorted(wanted, key=lambda u: (not u.validation, -len(u.nodes), u.nodes, u.check)):
+    for unit in sorted(wanted, key=lambda u: (not u.validation, -len(u.nodes), u.rank, u.nodes, u.check)):
         why = _why_not(unit, idle, busy_nodes, busy_leaves, leaf_map, unit_size or {})
+        cap = (caps or {}).get(unit.check)
+        if why is None and cap is not None and not unit.validation and capped[unit.check] >= cap:
+            why = f"scan budget: {capped[unit.check]} of {cap} {unit.check} under way"
         if why is None and under_test + len(unit.nodes) > budget:
             why = f"budget: {under_test} of {budget} nodes under test"
         if why is not None:
             decision.waiting[unit] = why
             continue
         decision.start.append(unit)
+        if unit.check in capped and not unit.validation:
+            capped[unit.check] += 1
         busy_nodes.update(unit.nodes)
         busy_leaves.update(leaves_of(unit.nodes, leaf_map))
         under_test += len(unit.nodes)

@@ -33,9 +33,12 @@ from prometheus_client.registry import Collector
 
 from fleetsight import auth
 
+from . import scan_service
 from .catalog import Check
 from .outcomes import BLIND_REASONS, OUTCOMES
 from .runner import STATUS
+from .scan import load_scans
+from .scan_service import SCANS_FILE, ScanBook
 
 POLICY_FILE = Path(__file__).resolve().parent / "policy.yml"
 REQUIRED = ("node", "check", "summary", "finished")
@@ -51,7 +54,7 @@ def load_policy(path: Path = POLICY_FILE) -> dict[str, Any]:
     after, default = raw.get("after"), raw.get("default")
     if not isinstance(after, dict) or not isinstance(default, list):
         raise ValueError(f"{path}: expected 'after' (signal -> checks) and 'default' (checks)")
-    return {"after": after, "default": default}
+    return {"after": after, "default": default, "scans": raw.get("scans") or {}}
 
 
 def validate_policy(policy: dict[str, Any], catalog: dict[str, Check]) -> None:
@@ -59,6 +62,7 @@ def validate_policy(policy: dict[str, Any], catalog: dict[str, Check]) -> None:
         unknown = [n for n in names if n not in catalog]
         if unknown:
             raise ValueError(f"policy {signal}: unknown checks {', '.join(unknown)}")
+    load_scans(policy.get("scans"), catalog)  # ScanPolicyError (a ValueError) names the scan and key
 
 
 class ResultStore:
@@ -169,6 +173,15 @@ def create_app(store: ResultStore, policy: dict[str, Any], cluster: str, guard: 
     registry.register(ResultCollector(store, cluster))
     reader = [Depends(guard.require(auth.READ))]
     writer = [Depends(guard.require(RESULTS))]
+    # scan plans (checks/scan_service.py): last completed scans kept in scans.json beside results.json
+    scans_file = store.state_file.with_name(SCANS_FILE) if store.state_file is not None else None
+    book = ScanBook(load_scans(policy.get("scans"), store.catalog), scans_file, store.results())
+
+    def known_nodes() -> set[str]:
+        return {r["node"] for r in store.results()}
+
+    scan_service.add_to(registry, book, known_nodes, cluster)
+    scan_service.register(app, book, known_nodes, reader, writer)
 
     @app.post("/v1/results", summary="Record check results (a list of result records)", dependencies=writer)
     async def post_results(request: Request) -> dict[str, int]:
@@ -176,7 +189,9 @@ def create_app(store: ResultStore, policy: dict[str, Any], cluster: str, guard: 
             body = await request.json()
             if not isinstance(body, list):
                 raise ValueError("the body must be a list of results")
-            return {"recorded": store.add(body)}
+            recorded = store.add(body)
+            book.record(body)  # accepted results only: add() raised on a bad one
+            return {"recorded": recorded}
         except ValueError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
 

@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class SlurmChecks:
     # FLEETSIGHT_CHECKS_TOKEN/_TOKEN_FILE the cycle has (sbatch --export=ALL; a bare token then sits in
     # the job's environment, which slurmctld keeps: the file is the better choice).
     token_file: str | None = None
+    caps: Mapping[str, int] = field(default_factory=dict)  # a scan's own budget (checks/scan.py)
 
     # ------------------------------------------------------------------ reading Slurm
     def run(self, *command: str, check: bool = True) -> str:
@@ -117,7 +118,7 @@ class SlurmChecks:
         wanted = [u for u in wanted if u not in kept_out]
         sizes = {c.name: c.nodes for c in self.catalog.values()}
         busy = [u for _, u, _ in running]
-        decision = plan(wanted, healthy | drained, busy, self.leaf_map or {}, self.budget, sizes)
+        decision = plan(wanted, healthy | drained, busy, self.leaf_map or {}, self.budget, sizes, self.caps)
         decision.waiting.update({u: "drained by FleetSight: validation checks only" for u in kept_out})
         for unit in decision.start:
             self.submit(unit, nodes)

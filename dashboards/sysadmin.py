@@ -247,6 +247,38 @@ NODE_DRILLDOWN = Dashboard(
                 ),
             ),
         ),
+        Row(
+            "Failure forecast",
+            (
+                Panel(
+                    "Failure forecast: risk and the error trends behind it",
+                    "timeseries",
+                    (
+                        q(
+                            f"component:precursor_risk:score{{{NODE}}}",
+                            "risk {{component}} {{gpu}}{{device}}",
+                        ),
+                        q(
+                            f"precursor:errors:rate_now{{{NODE}}} > 0",
+                            "{{component}} {{gpu}}{{device}} {{counter}} /h",
+                        ),
+                        q(
+                            f"precursor:failure:forecast_hours{{{NODE}}} <= 168",
+                            "{{component}} {{gpu}}{{device}} {{counter}} hours to failure",
+                        ),
+                    ),
+                    description=(
+                        "rules/precursors.yml: per part (NVLink, HBM, PCIe, IB port) the risk score (0..1, "
+                        "1 - forecast hours / 168, where the errors climb), the errors per hour now (median "
+                        "of the last 6 hours' hourly counts) and the hours until that rate, growing as it "
+                        "did against the day before, reaches the part's failure rate. ComponentFailureForecast "
+                        "warns at 72 hours; drain at the job's next checkpoint (runbook)."
+                    ),
+                    width=24,
+                    needs="precursor rules (errors on some part)",
+                ),
+            ),
+        ),
     ),
 )
 

@@ -16,6 +16,7 @@ from fleetsight.xid_catalog import lookup as xid_lookup
 from twin.truth import Fault, TruthError, load_faults
 
 from .firings import Episode
+from .lead_time import lead_times, warned_in_time
 from .replay import EvaluationError, unix_to_iso
 
 # An alert that starts within this long after a fault ends still belongs to it (windows of 10 minutes
@@ -35,6 +36,20 @@ EXPECTED_BY_KIND: dict[str, tuple[str, ...]] = {
     "lustre_ost_slow": ("LustreOSTSlow", "LustreClientErrors"),
     "gray_slow_node": ("StragglerNode",),
     "loss_spike": (),  # application logs: the log pipeline's alerts, not Prometheus rules
+    # The fabric's gray failures (issue 43): a sub-second cut, a downshifted link, a link whose errors
+    # climb until it fails (the errors warn, the port's death is the end); congestion is no fault of a
+    # link: nothing should fire, and a page during it is a false alert (evaluation/fabric_confusion.py).
+    "ib_flash_cut": ("InfiniBandFlashCut",),
+    "ib_lane_downshift": ("InfiniBandPortRateDegraded",),
+    "ib_degrading_link": ("InfiniBandSymbolErrors", "InfiniBandPortDown"),
+    "ib_congestion": (),
+    # Parts that announce their failure (issue 43): the early warning is what catches them; the failure
+    # at the end raises the kind's own alerts too (Xid 74, Xid 48/63), which match the fault as well.
+    "nvlink_degrading": ("ComponentFailureForecast",),
+    "hbm_degrading": ("ComponentFailureForecast",),
+    # Silent corruption in training (issue 43): only the job's own logs show it; the check names the
+    # replica's node where the job logs per-replica lines (`fleetsight anomaly sdc serve`).
+    "sdc_training": ("TrainingSilentCorruptionSuspected",),
 }
 
 
@@ -78,6 +93,9 @@ class KindScore:
     not_observable: int = 0
     no_alert_expected: int = 0
     delays_s: list[float] = field(default_factory=list)
+    # Degrading parts only (lead_time.py): seconds from the first early warning to the failure, None
+    # where no warning came before it.
+    leads_s: list[float | None] = field(default_factory=list)
 
 
 @dataclass
@@ -92,6 +110,9 @@ class ScenarioResult:
     false_alerts: list[dict[str, Any]]
     missed_faults: list[dict[str, Any]]
     wall_seconds: float
+    # Every firing episode with the fault it was matched to (None: a false alert), for scorers that need
+    # each episode's time (evaluation/fabric_confusion.py times each flash cut).
+    episodes: list[Episode] = field(default_factory=list)
 
 
 def load_truth(path: Path) -> list[Fault]:
@@ -171,6 +192,8 @@ def score(
                     "expected": list(expected),
                 }
             )
+    for lead in lead_times(faults, episodes):
+        kinds.setdefault(lead.kind, KindScore(lead.kind)).leads_s.append(lead.lead_s)
     return alerts, kinds, false_alerts, missed
 
 
@@ -198,6 +221,7 @@ def merge(results: list[ScenarioResult]) -> tuple[dict[str, AlertScore], dict[st
             total_k.not_observable += k.not_observable
             total_k.no_alert_expected += k.no_alert_expected
             total_k.delays_s += k.delays_s
+            total_k.leads_s += k.leads_s
     return alerts, kinds
 
 
@@ -220,11 +244,15 @@ def as_json(results: list[ScenarioResult]) -> dict[str, Any]:
         }
 
     def kind_row(k: KindScore) -> dict[str, Any]:
-        return {
+        row = {
             **asdict(k),
             "median_delay_s": median(k.delays_s),
             "max_delay_s": max(k.delays_s, default=None),
         }
+        if k.leads_s:
+            row["warned_24h"] = warned_in_time(k.leads_s)
+            row["median_lead_s"] = median([lead or 0.0 for lead in k.leads_s])
+        return row
 
     return {
         "scenarios": [
@@ -239,6 +267,16 @@ def as_json(results: list[ScenarioResult]) -> dict[str, Any]:
                 "kinds": {n: kind_row(k) for n, k in r.kinds.items()},
                 "false_alerts": r.false_alerts,
                 "missed_faults": r.missed_faults,
+                "episodes": [
+                    {
+                        "alertname": e.alertname,
+                        "labels": e.labels,
+                        "start": unix_to_iso(e.start),
+                        "end": unix_to_iso(e.end),
+                        "fault": e.fault,
+                    }
+                    for e in r.episodes
+                ],
             }
             for r in results
         ],

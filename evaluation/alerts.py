@@ -96,4 +96,5 @@ def evaluate_scenario(
         false_alerts=false_alerts,
         missed_faults=missed,
         wall_seconds=round(time.monotonic() - started, 1),
+        episodes=episodes,
     )

@@ -91,6 +91,19 @@ def parse_width(width: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def capability_rate(speeds: object, widths: object) -> float | None:
+    """Bytes/s of the fastest link a port may train at, from UFM's lists (``enabled_speed``/
+    ``enabled_width`` or ``supported_*``: ``["SDR", ..., "NDR"]``, ``["1x", "2x", "4x"]``); None when
+    either list is missing or holds nothing known."""
+    if not isinstance(speeds, list) or not isinstance(widths, list):
+        return None
+    lanes = [rate for rate in (lane_rate(str(s)) for s in speeds) if rate is not None]
+    counts = [n for n in (parse_width(str(w)) for w in widths) if n is not None]
+    if not lanes or not counts:
+        return None
+    return max(lanes) * 1e9 * max(counts) / 8
+
+
 @dataclass
 class PortRow:
     labels: dict[str, str]
@@ -102,6 +115,8 @@ class PortRow:
     healthy: float
     key_port: tuple[str, str]
     key_node: tuple[str, str]
+    enabled_rate_bytes: float | None = None  # the widest enabled width x the fastest enabled speed
+    supported_rate_bytes: float | None = None  # the same over what the port supports
 
 
 def host_and_device(node_description: str, system_name: str) -> tuple[str, str]:
@@ -189,6 +204,8 @@ def _row(port: dict, by_name: dict[str, dict], system_types: dict[str, str]) -> 
         rate_bytes=rate / 8 if rate is not None else None,
         width=width,
         healthy=float(severity == 0),
+        enabled_rate_bytes=capability_rate(port.get("enabled_speed"), port.get("enabled_width")),
+        supported_rate_bytes=capability_rate(port.get("supported_speed"), port.get("supported_width")),
         key_port=(guid, number),
         key_node=(system_guid, number),
     )

@@ -143,6 +143,16 @@ PORT_GAUGES = [
     ),
     ("fleetsight_fabric_port_width", "Active lanes.", "width"),
     ("fleetsight_fabric_port_healthy", "1 when UFM rates the port's severity Info.", "healthy"),
+    (
+        "fleetsight_fabric_port_enabled_rate_bytes_per_second",
+        "The fastest rate the port may train at: its widest enabled width x its fastest enabled speed.",
+        "enabled_rate_bytes",
+    ),
+    (
+        "fleetsight_fabric_port_supported_rate_bytes_per_second",
+        "The fastest rate the port supports: its widest supported width x its fastest supported speed.",
+        "supported_rate_bytes",
+    ),
 ]
 
 

@@ -32,6 +32,7 @@ from fleetsight.xid_catalog import lookup
 from .core import Problems, Source, kv, register_collector
 from .exposition import Families
 from .gpus import GpuMap, normalize_bdf
+from .ib_downtime import DowntimeTracker, PortDowntime, device_names
 from .kernlog import FileReader, JournalReader, KmsgReader, LogLine
 from .state import save_json
 
@@ -115,8 +116,14 @@ class XidSource(Source):
         procfs_root: str = "/proc",
         journalctl: str = "journalctl",
         save_state: bool = True,
+        sysfs_root: str | None = None,
     ) -> None:
         self.mode, self.path, self.gpu_map, self.state_file = mode, path, gpu_map, state_file
+        # Each IB port's cuts and down-time from its Link down/up lines (exporters/ib_downtime.py); sysfs
+        # names the device of each HCA's PCI address.
+        self.downtime = DowntimeTracker()
+        self.sysfs_root = sysfs_root
+        self._ib_devices: dict[str, str] = {}
         self.procfs_root, self.journalctl = procfs_root, journalctl
         self.save_state = save_state and state_file is not None
         # The source the counts belong to: a state saved for another one is not this log's history.
@@ -149,6 +156,7 @@ class XidSource(Source):
             for key, value in state.get("others", {}).items():
                 kind, bdf = key.split("|")
                 self.others[(kind, bdf)] = int(value)
+            self.downtime.restore(state.get("ib_downtime", {}))
             self.lines_read = int(state.get("lines_read", 0))
             self.persisted = True
             return state.get("position")
@@ -157,6 +165,7 @@ class XidSource(Source):
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             self.xids.clear()
             self.others.clear()
+            self.downtime = DowntimeTracker()
             self.lines_read = 0
             self.load_problem = f"{self.state_file} unreadable, starting afresh: {exc!r}"
             log.warning(kv(event="state_unreadable", file=self.state_file, error=repr(exc)))
@@ -169,6 +178,7 @@ class XidSource(Source):
             "position": position,
             "xids": {"|".join(map(str, k)): v for k, v in self.xids.items()},
             "others": {"|".join(k): v for k, v in self.others.items()},
+            "ib_downtime": self.downtime.state(),
             "lines_read": self.lines_read,
         }
         save_json(self.state_file, state)
@@ -219,6 +229,7 @@ class XidSource(Source):
             entry[0] += 1
             entry[1] = max(entry[1], line.timestamp or time.time())
             return
+        self.downtime.feed(line.text, line.timestamp)
         other = other_event(line.text)
         if other is not None:
             self.others[other] = self.others.get(other, 0) + 1
@@ -288,7 +299,48 @@ class XidSource(Source):
         )
         for (kind, bdf), count in sorted(self.others.items()):
             events.add_metric([kind, bdf], count)
+        self._downtime_families(f)
         return f.all()
+
+    def _downtime_families(self, f: Families) -> None:
+        """Each IB port's cuts and down-time from the kernel's Link down/up lines, whatever the port's
+        state at scrape time (a cut of milliseconds between two scrapes counts)."""
+        if self.sysfs_root and (
+            not self._ib_devices or not set(self.downtime.ports) <= set(self._ib_devices)
+        ):
+            self._ib_devices = device_names(self.sysfs_root)
+        # Every HCA of the host from its first scrape, at 0: a counter that first appears with its first
+        # cut already in it would hide that cut from increase().
+        for bdf in self._ib_devices:
+            self.downtime.ports.setdefault(bdf, PortDowntime())
+        if not self.downtime.ports:
+            return
+        labels = ["device", "port", "pci_bdf"]
+        seconds = f.counter(
+            "fleetsight_infiniband_port_down_seconds",
+            "Seconds the port was down, summed over its completed cuts (kernel Link down -> Link up).",
+            labels,
+        )
+        cuts = f.counter(
+            "fleetsight_infiniband_port_cuts",
+            "Completed cuts (Link down then Link up) in the kernel log.",
+            labels,
+        )
+        longest = f.gauge(
+            "fleetsight_infiniband_port_longest_cut_seconds", "The longest completed cut's length.", labels
+        )
+        since = f.gauge(
+            "fleetsight_infiniband_port_down_since_timestamp_seconds",
+            "Unix time of the Link down line of a cut not yet followed by Link up (absent when up).",
+            labels,
+        )
+        for bdf, port in sorted(self.downtime.ports.items()):
+            values = [self._ib_devices.get(bdf, ""), "1", bdf]  # one IB port per ConnectX PCI function
+            seconds.add_metric(values, port.seconds)
+            cuts.add_metric(values, port.cuts)
+            longest.add_metric(values, port.longest)
+            if port.down_since is not None:
+                since.add_metric(values, port.down_since)
 
     def close(self) -> None:
         if self.reader is not None:
@@ -322,4 +374,5 @@ def xid_collector(opts: Any, gpu_map: GpuMap) -> Source:
         opts.procfs_root,
         opts.journalctl,
         save_state=not opts.state_read_only,
+        sysfs_root=opts.sysfs_root,
     )

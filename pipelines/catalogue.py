@@ -334,15 +334,22 @@ def _progress() -> tuple[str, ...]:
 
 
 def _key_values() -> tuple[str, ...]:
-    """'step=N ... loss=X [... step_time_ms=T]' anywhere in the (lower-cased) text, keys in one style."""
+    """'step=N ... loss=X [... step_time_ms=T]' anywhere in the (lower-cased) text, keys in one style; in
+    the key=value style also a data-parallel replica's line, 'step=N replica=R ... loss=X grad_norm=G'
+    (docs/anomaly.md, "Silent data corruption": what the per-replica check reads)."""
     out = []
     for sep in ("=", ": ", " "):
+        replicas = ("{-:until:replica=}replica={training.replica:long}", "") if sep == "=" else ("",)
+        grads = ("{-:until:grad_norm=}grad_norm={_tmp.grad_norm:loss}", "") if sep == "=" else ("",)
+        step_time = f"{{-:until:step_time_ms{sep}}}step_time_ms{sep}{{_tmp.step_time:float}}"
         for start in ("", f"{{-:until:step{sep}}}"):
-            for tail in (f"{{-:until:step_time_ms{sep}}}step_time_ms{sep}{{_tmp.step_time:float}}", ""):
-                out.append(
-                    f"{start}step{sep}{{training.step:long}}{{-:until:loss{sep}}}loss{sep}{{_tmp.loss:loss}}"
-                    + tail
-                )
+            for replica in replicas:
+                for grad in grads:
+                    for tail in (step_time, ""):
+                        out.append(
+                            f"{start}step{sep}{{training.step:long}}{replica}{{-:until:loss{sep}}}loss{sep}"
+                            f"{{_tmp.loss:loss}}{grad}{tail}"
+                        )
     return tuple(out)
 
 

@@ -63,6 +63,10 @@ SIMULATED: dict[int, str] = {
     394: "remap_correctable",  # DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS
     395: "remap_failed",  # DCGM_FI_DEV_ROW_REMAP_FAILURE
     396: "remap_pending",  # DCGM_FI_DEV_ROW_REMAP_PENDING
+    409: "nvlink_crc_flit",  # DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+    419: "nvlink_crc_data",  # DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+    429: "nvlink_replay",  # DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+    439: "nvlink_recovery",  # DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
     449: "nvlink_total",  # DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL
     1001: "gr_active",  # DCGM_FI_PROF_GR_ENGINE_ACTIVE
     1002: "sm_active",  # DCGM_FI_PROF_SM_ACTIVE

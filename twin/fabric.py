@@ -36,7 +36,8 @@ class FabricMixin:
         rates[:, hw.COMPUTE_PORTS :] = (lustre_rate[0] + lustre_rate[1])[:, None] / 2.0
         rates += 900.0  # subnet management and IPoIB chatter
         rates *= 1.0 + self.rng.normal(0.0, 0.02, (n, P))
-        rates = np.where(self.ib_up & self.alive[:, None], np.clip(rates, 0, 48e9 * self.ib_width / 4), 0.0)
+        ceiling = 48e9 * self.ib_width / 4 * self.ib_speed / 100  # a downshifted port carries less
+        rates = np.where(self.ib_up & self.alive[:, None], np.clip(rates, 0, ceiling), 0.0)
         bytes_ = rates * tick
         words = np.rint(bytes_ / 4.0).astype(np.uint64)
         packets = np.rint(bytes_ / 4096.0 + (bytes_ > 0) * 3).astype(np.uint64)

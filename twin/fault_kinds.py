@@ -51,7 +51,31 @@ NOT_HARDWARE_KINDS = (
     "check_tool_missing",  # an active check's tool is not installed on a node
     "fabric_manager_down",  # NVIDIA Fabric Manager stops on a node
 )
-ALL_KINDS = FAULT_KINDS + BENIGN_KINDS + SILENT_KINDS + SWITCH_KINDS + NOT_HARDWARE_KINDS
+# The fabric's gray failures (twin/fabric_gray_faults.py): a port cut for under a second between two
+# scrapes, a link trained at fewer lanes or a lower speed, a link whose errors climb until it fails.
+# Hardware faults, apart from FAULT_KINDS for the same reason as SILENT_KINDS.
+FABRIC_GRAY_KINDS = ("ib_flash_cut", "ib_lane_downshift", "ib_degrading_link")
+# Congestion on a leaf: ports wait for credits with no faulty link. Not the hardware ("hardware": false
+# in the truth: nothing to replace, nobody to page).
+FABRIC_NOT_HARDWARE_KINDS = ("ib_congestion",)
+# Hardware that announces its failure: error counters that climb for hours to days until the part fails
+# (twin/precursor_faults.py). Apart from FAULT_KINDS for the same reason as SILENT_KINDS.
+PRECURSOR_KINDS = ("nvlink_degrading", "hbm_degrading")
+# Silent data corruption in training (twin/sdc_faults.py): one data-parallel replica's updates are
+# wrong without a NaN; only the job's own logs show it. Hardware, apart from FAULT_KINDS for the same
+# reason as SILENT_KINDS.
+SDC_KINDS = ("sdc_training",)
+ALL_KINDS = (
+    FAULT_KINDS
+    + BENIGN_KINDS
+    + SILENT_KINDS
+    + SWITCH_KINDS
+    + NOT_HARDWARE_KINDS
+    + FABRIC_GRAY_KINDS
+    + FABRIC_NOT_HARDWARE_KINDS
+    + PRECURSOR_KINDS
+    + SDC_KINDS
+)
 # telemetry_dropout's sources: the canonical name, and the other spellings a scenario may use.
 TELEMETRY_SOURCES = {
     "dcgm-exporter": ("dcgm-exporter", "dcgm_exporter", "dcgm"),
@@ -84,6 +108,7 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "gray_slow_node": 1.3,  # compute-time multiplier of the node
     "loss_spike": 4.0,  # loss multiplier
     "hbm_silent_corruption": 1.0,  # HBM cells that flip under a memory test (DCGM level 4 memtest)
+    "sdc_training": 0.2,  # relative error of the corrupt replica's local gradient (0.2: its norm x1.2)
     "leaf_flap": 4.0,  # times every port of the leaf goes down and up during the fault
     "dataloader_hiccup": 10.0,  # seconds the node's data loader stalls
     "os_jitter": 1.04,  # compute-time multiplier of the node
@@ -99,6 +124,12 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "job_crash_xids": 1.0,
     "check_tool_missing": 1.0,
     "fabric_manager_down": 1.0,
+    "ib_flash_cut": 3.0,  # cuts over the fault, each 5 ms .. 0.8 s
+    "ib_lane_downshift": 2.0,  # active lanes after the retrain (4X -> 2X); target speed: HDR for a speed fall
+    "ib_degrading_link": 1e-9,  # post-FEC bit error rate the link reaches when it fails
+    "ib_congestion": 1.25,  # communication-time multiplier of the jobs behind the congested leaf
+    "nvlink_degrading": 300.0,  # NVLink recovery events over the fault ("hundreds" before the link died)
+    "hbm_degrading": 1000.0,  # correctable (single-bit) ECC errors over the fault before the DBE
 }
 
 # The range of magnitudes physics allows, per kind (inclusive); outside it `validate` refuses.
@@ -116,6 +147,7 @@ MAGNITUDE_RANGE: dict[str, tuple[float, float, str]] = {
     "gray_slow_node": (1.001, 5.0, "a compute-time multiplier above 1 (slower), at most 5"),
     "loss_spike": (1.0, 1000.0, "a loss multiplier, 1..1000"),
     "hbm_silent_corruption": (1.0, 1.0, "1 (the GPU's HBM corrupts data silently)"),
+    "sdc_training": (0.01, 5.0, "a relative gradient error of the corrupt replica, 0.01..5"),
     "leaf_flap": (1.0, 1000.0, "a number of flaps, 1..1000"),
     "dataloader_hiccup": (1.0, 120.0, "seconds of data-loader stall, 1..120"),
     "os_jitter": (1.0, 1.5, "a compute-time multiplier 1..1.5"),
@@ -131,6 +163,12 @@ MAGNITUDE_RANGE: dict[str, tuple[float, float, str]] = {
     "job_crash_xids": (1.0, 1.0, "1 (every GPU of the job logs the Xid once)"),
     "check_tool_missing": (1.0, 1.0, "1 (the tool is not installed)"),
     "fabric_manager_down": (1.0, 1.0, "1 (Fabric Manager is not running)"),
+    "ib_flash_cut": (1.0, 100.0, "a number of sub-second cuts, 1..100"),
+    "ib_lane_downshift": (1.0, 4.0, "the active lanes after the retrain, 1, 2 or 4 (4: speed only)"),
+    "ib_degrading_link": (1e-12, 1e-6, "the post-FEC bit error rate at failure, 1e-12..1e-6"),
+    "ib_congestion": (1.0, 3.0, "a communication-time multiplier 1..3"),
+    "nvlink_degrading": (10.0, 100000.0, "NVLink recovery events before the link fails, 10..100000"),
+    "hbm_degrading": (10.0, 1000000.0, "correctable ECC errors before the uncorrectable one, 10..1e6"),
 }
 # Target keys each kind understands (node is required unless noted in read_fault).
 TARGET_KEYS: dict[str, set[str]] = {
@@ -147,6 +185,7 @@ TARGET_KEYS: dict[str, set[str]] = {
     "gray_slow_node": {"node"},
     "loss_spike": {"job", "node"},
     "hbm_silent_corruption": {"node", "gpu"},
+    "sdc_training": {"job", "node"},  # node: the corrupt GPU's node (its replica); job: default its job
     "leaf_flap": {"switch"},
     "dataloader_hiccup": {"node"},
     "os_jitter": {"node"},
@@ -162,6 +201,12 @@ TARGET_KEYS: dict[str, set[str]] = {
     "job_crash_xids": {"job", "code"},
     "check_tool_missing": {"node", "tool"},
     "fabric_manager_down": {"node"},
+    "ib_flash_cut": {"node", "port", "cut_s"},  # cut_s: the longest cut in seconds (default 0.8)
+    "ib_lane_downshift": {"node", "port", "speed"},  # speed: NDR (default), HDR or EDR after the retrain
+    "ib_degrading_link": {"node", "port"},
+    "ib_congestion": {"node", "port"},  # the leaf this port is cabled to congests: all its hosts wait
+    "nvlink_degrading": {"node", "gpu"},
+    "hbm_degrading": {"node", "gpu"},
 }
 # Target keys a kind cannot do without (node aside: read_fault checks it), and what they mean.
 REQUIRED_TARGET: dict[str, tuple[str, str]] = {
@@ -175,4 +220,7 @@ DEFAULT_DURATION: dict[str, str] = {
     "checkpoint_stall": "90s",  # NVIDIA Eos, a 340B Megatron-LM run: a checkpoint lasts ~90 s
     "eval_pause": "4m",  # Megatron-LM's 100 evaluation iterations, forward only, of a ~7 s step
     "job_resize": "60s",  # requeue to restart, as a job's restart_delay
+    "ib_degrading_link": "36h",  # symbol errors climb for a day and a half before the link fails
+    "nvlink_degrading": "72h",  # NVLink errors climb for days before the link fails (docs/twin.md)
+    "hbm_degrading": "72h",  # correctable errors and remaps climb for days before the DBE
 }

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import hardware as hw
 from .counters import G
-from .fault_kinds import NOT_HARDWARE_KINDS
+from .fault_kinds import FABRIC_NOT_HARDWARE_KINDS, NOT_HARDWARE_KINDS
 from .fault_state import NODE_MODIFIERS, ActiveFault
 from .training_kinds import TRAINING_MODIFIERS
 
@@ -66,7 +66,7 @@ class FaultTruthMixin:
         for key in TRAINING_TRUTH_KEYS:
             if key in fault.state:
                 fault.truth[key] = fault.state[key]
-        if spec.kind in NOT_HARDWARE_KINDS:  # a drain for it is a wrong drain (twin/truth.py)
+        if spec.kind in (*NOT_HARDWARE_KINDS, *FABRIC_NOT_HARDWARE_KINDS):  # a drain: a wrong one (truth.py)
             fault.truth["hardware"] = False
         self.truth_lines.append(fault.truth)
         self._fault_with_truth.append(fault)

@@ -71,6 +71,7 @@ class GpuMixin:
         else:
             self.replay_rate = np.zeros((n, G))
             self.sbe_rate = np.zeros((n, G))
+        self._init_precursor_rates()  # healthy NVLinks' error rates (twin/precursor_faults.py)
         self.f_compute = np.zeros((n, G))
         self.f_wait = np.zeros((n, G))
         self.wait_share = np.zeros(n)  # per node: share of the step spent waiting (whole step)
@@ -166,3 +167,4 @@ class GpuMixin:
         replay_rate = self.replay_rate + 0.02 * gap
         self.pcie_replay += self.rng.poisson(replay_rate * tick)
         self.ecc_sbe += self.rng.poisson(self.sbe_rate * tick)
+        self._precursor_background(tick)

@@ -18,12 +18,15 @@ import numpy as np
 
 from .blind_spot_faults import BlindSpotFaultsMixin
 from .counters import G, P
-from .fault_kinds import TRAINING_KINDS
+from .fabric_gray_faults import FabricGrayFaultsMixin
+from .fault_kinds import PRECURSOR_KINDS, TRAINING_KINDS
 from .fault_state import NODE_MODIFIERS, ActiveFault
 from .fault_truth import FaultTruthMixin
 from .link_faults import LinkFaultsMixin
 from .node_faults import NodeFaultsMixin
+from .precursor_faults import PrecursorFaultsMixin
 from .scenario_model import FaultSpec, Scenario
+from .sdc_faults import SdcFaultsMixin
 from .training_kinds import TrainingKindsMixin
 
 if TYPE_CHECKING:
@@ -69,7 +72,16 @@ def draw_benign(scenario: Scenario, first: int = 1) -> list[FaultSpec]:
     return [replace(e, id=f"b{first + i:04d}") for i, e in enumerate(events)]
 
 
-class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFaultsMixin, TrainingKindsMixin):
+class FaultMixin(
+    FaultTruthMixin,
+    NodeFaultsMixin,
+    LinkFaultsMixin,
+    BlindSpotFaultsMixin,
+    TrainingKindsMixin,
+    PrecursorFaultsMixin,
+    FabricGrayFaultsMixin,
+    SdcFaultsMixin,
+):
     """The Simulation's fault handling (a mixin: the state lives on the Simulation): the events'
     lifecycle here, each kind's handlers and the truth in the mixins it is made of."""
 
@@ -133,6 +145,12 @@ class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFau
             self._moe_tick(fault)
         elif fault.spec.kind == "pipeline_bubble":
             self._training_job(fault)  # the nodes it shapes, as the job (re)starts
+        elif fault.spec.kind == "sdc_training":
+            self._sdc_tick(fault)
+        elif fault.spec.kind in PRECURSOR_KINDS:
+            self._precursor_tick(fault)
+        else:
+            self._gray_during(fault)  # the fabric's gray kinds (twin/fabric_gray_faults.py)
 
     # The targets the kinds' handlers read, checked against the node's hardware.
     def _gpu_target(self, spec: FaultSpec) -> int:
@@ -191,3 +209,5 @@ class FaultMixin(FaultTruthMixin, NodeFaultsMixin, LinkFaultsMixin, BlindSpotFau
             self._shape_job(fault, m)
         elif spec.kind == "loss_spike" and fault.state.get("job"):
             m.loss_mult[fault.state["job"]] = spec.magnitude
+        elif spec.kind in ("ib_lane_downshift", "ib_congestion"):
+            self._gray_modify(fault, m)

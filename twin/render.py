@@ -209,7 +209,7 @@ def power(sim: Simulation, node: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- UFM
-SPEED_NAME = {4: "NDR", 2: "NDR", 1: "NDR"}
+SPEED_NAME = {100: "NDR", 50: "HDR", 25: "EDR"}  # Gb/s per lane -> UFM's active_speed
 
 
 def ufm_ports(sim: Simulation) -> list[dict[str, Any]]:
@@ -225,7 +225,7 @@ def ufm_ports(sim: Simulation) -> list[dict[str, Any]]:
             up = alive and bool(sim.ib_up[index, p])
             width = f"{int(sim.ib_width[index, p])}x"
             common = {
-                "active_speed": "NDR" if up else "",
+                "active_speed": SPEED_NAME.get(int(sim.ib_speed[index, p]), "NDR") if up else "",
                 "active_width": width if up else "",
                 "enabled_speed": ["SDR", "FDR", "EDR", "HDR", "NDR"],
                 "supported_speed": ["SDR", "FDR", "EDR", "HDR", "NDR"],

@@ -62,6 +62,7 @@ JOB_KEYS = {
     "scheduler",
     "controller",
     "namespace",
+    "replica_log",
 }
 JOB_SCHEDULERS = ("", "slurm", "kubernetes")
 JOB_CONTROLLERS = ("jobset", "pytorchjob")
@@ -112,7 +113,15 @@ def read_job(raw: Any, index: int, known: set[str], duration: float) -> JobSpec:
         scheduler=scheduler,
         controller=controller,
         namespace=str(raw.get("namespace", "training")),
+        replica_log=_replica_log(raw, where),
     )
+
+
+def _replica_log(raw: dict[str, Any], where: str) -> bool:
+    value = raw.get("replica_log", False)
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{where}.replica_log: expected true or false, got {value!r}")
+    return value
 
 
 def _job_scheduler(raw: dict[str, Any], where: str) -> tuple[str, str]:

@@ -151,6 +151,9 @@ class JobSpec:
     scheduler: str = ""
     controller: str = "jobset"
     namespace: str = "training"
+    # The job also logs one key=value line per data-parallel replica and step (twin/sdc_faults.py):
+    # what a job that wants its silent corruption found prints (docs/anomaly.md).
+    replica_log: bool = False
 
     @property
     def size(self) -> int:

@@ -116,6 +116,11 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         self.remap_uncorrectable = np.zeros((n, G), dtype=np.int64)
         self.ecc_sbe = np.zeros((n, G))
         self.ecc_dbe = np.zeros((n, G))
+        # NVLink error counters, all links of the GPU together (twin/precursor_faults.py).
+        self.nvlink_crc_flit = np.zeros((n, G))
+        self.nvlink_crc_data = np.zeros((n, G))
+        self.nvlink_replay = np.zeros((n, G))
+        self.nvlink_recovery = np.zeros((n, G))
         # Gauges of the last tick.
         zeros = np.zeros((n, G))
         self.power = zeros + hw.GPU_IDLE_W
@@ -144,6 +149,7 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         # InfiniBand ports.
         self.ib_up = np.ones((n, P), dtype=bool)
         self.ib_width = np.full((n, P), 4, dtype=np.int64)
+        self.ib_speed = np.full((n, P), 100, dtype=np.int64)  # Gb/s per lane: NDR 100, HDR 50
         self.ib_counters = {name: np.zeros((n, P), dtype=np.uint64) for name in IB_COUNTERS}
         self.ib_hw_counters = {name: np.zeros((n, P), dtype=np.uint64) for name in IB_HW_COUNTERS}
         self.ib_symbol_rate = np.zeros((n, P))
@@ -270,6 +276,8 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         self.gpu_present[node] = True
         for array in (self.energy_mj, self.nvlink_total, self.pcie_replay, self.ecc_sbe, self.ecc_dbe):
             array[node] = 0
+        for array in (self.nvlink_crc_flit, self.nvlink_crc_data, self.nvlink_replay, self.nvlink_recovery):
+            array[node] = 0
         self.xid_last[node] = 0
         self.remap_pending[node] = 0
         self.remap_failed[node] = 0
@@ -278,6 +286,7 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
                 array[node] = 0
         self.ib_up[node] = True
         self.ib_width[node] = 4
+        self.ib_speed[node] = 100
         self.pci_gen[node] = self.pci_max_gen[node]
         self.pci_width[node] = self.pci_max_width[node]
         self._measure_h2d()

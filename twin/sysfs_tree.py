@@ -22,6 +22,13 @@ IB_STATE = {True: "4: ACTIVE", False: "1: DOWN"}
 IB_PHYS = {True: "5: LinkUp", False: "3: Disabled"}
 IB_RATE = {4: "400 Gb/sec (4X NDR)", 2: "200 Gb/sec (2X NDR)", 1: "100 Gb/sec (1X NDR)"}
 IB_RATE_DOWN = "10 Gb/sec (4X SDR)"
+IB_SPEED_NAME = {100: "NDR", 50: "HDR", 25: "EDR"}  # Gb/s per lane -> the name the kernel prints
+
+
+def ib_rate_text(width: int, lane_gbps: int) -> str:
+    """The port's ``rate`` as the kernel writes it (ib_core's rate_show): ``200 Gb/sec (2X NDR)``,
+    ``200 Gb/sec (4X HDR)``."""
+    return f"{width * lane_gbps} Gb/sec ({width}X {IB_SPEED_NAME.get(lane_gbps, 'NDR')})"
 
 
 class SysfsTree:
@@ -104,13 +111,14 @@ class SysfsTree:
     def _write_ib_links(self, alive: np.ndarray) -> None:
         sim = self.sim
         put = self.cache.put
-        link = np.where(sim.ib_up, sim.ib_width.astype(np.int64), -1)  # -1: down, whatever the width
-        for node, port, width in zip(*self._changed("link", link, alive), strict=True):
+        # -1: down, whatever the width; else width * 1000 + the lane's Gb/s (a downshift of either shows)
+        link = np.where(sim.ib_up, sim.ib_width.astype(np.int64) * 1000 + sim.ib_speed, -1)
+        for node, port, code in zip(*self._changed("link", link, alive), strict=True):
             base = self.port_dirs[node][port]
-            up = width >= 0
+            up = code >= 0
             put(f"{base}/state", IB_STATE[up] + "\n")
             put(f"{base}/phys_state", IB_PHYS[up] + "\n")
-            put(f"{base}/rate", (IB_RATE.get(width, IB_RATE[4]) if up else IB_RATE_DOWN) + "\n")
+            put(f"{base}/rate", (ib_rate_text(code // 1000, code % 1000) if up else IB_RATE_DOWN) + "\n")
 
     def _write_ib_counters(self, alive: np.ndarray) -> None:
         sim = self.sim

@@ -41,8 +41,9 @@ PACE_KEYS = ("fault_slowdown", "pacing", "masked")
 # (or benign: "benign" says so). What a training kind did (twin/training_kinds.py): "resumed" (a
 # checkpoint_stall: node -> unix time it resumed), "busiest" (a moe_imbalance: [unix, node] each time the
 # busiest node changed), "from_nodes" and "to_nodes" (a job_resize's node lists), "bubble" (a
-# pipeline_bubble: the share of each GPU's step spent in the bubble).
-OPTIONAL_KEYS = ("nodes", "hardware", "resumed", "busiest", "from_nodes", "to_nodes", "bubble")
+# pipeline_bubble: the share of each GPU's step spent in the bubble), "cuts" (an ib_flash_cut: [unix, seconds]
+# of each cut).
+OPTIONAL_KEYS = ("nodes", "hardware", "resumed", "busiest", "from_nodes", "to_nodes", "bubble", "cuts")
 
 
 class TruthError(ValueError):

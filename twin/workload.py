@@ -252,7 +252,9 @@ class WorkloadMixin:
         # A pipeline's bubble: part of each GPU's step waits for the neighbouring stages by design.
         busy = 1.0 - self.bubble[job.nodes, None]
         self._sample_windows(job, base * share * per_gpu * busy, stall)
+        before = job.step
         job.step += self.scenario.tick / job.step_time
+        self._train_steps(job, before)  # per-replica lines, silent corruption: twin/sdc_faults.py
         if int(job.step) >= job.next_log_step:
             self._log_progress(job)
             interval = max(1, round(30.0 / job.step_time))
@@ -345,6 +347,7 @@ class WorkloadMixin:
         loss = self._loss(job)
         spike = self.loss_mult.get(job.spec.id, 1.0)
         grad_norm = 0.8 * (1 + self.rng.normal(0.0, 0.05)) * (spike**2 if spike > 1 else 1.0)
+        loss, grad_norm = self._sdc_global(job, loss, grad_norm)
         iteration = int(job.step)
         batch = 4 * job.ranks
         text = (

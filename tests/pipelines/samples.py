@@ -209,6 +209,21 @@ SAMPLES: list[Sample] = [
         {"event.action": "loss_nonfinite", "training.loss_finite": False, "training.loss_text": "NAN"},
         RANK_LOG,
     ),
+    Sample(  # a data-parallel replica's own line (docs/anomaly.md, "Silent data corruption")
+        "application",
+        "[2026-11-21 10:01:30] fleetsight-train step=1200 replica=3 node=n0007 loss=2.412330 grad_norm=0.8123 "
+        "step_time_ms=2503.1",
+        {
+            "event.action": "training_progress",
+            "training.step": 1200,
+            "training.replica": 3,
+            "training.loss": 2.41233,
+            "training.grad_norm": 0.8123,
+            "training.step_time_ms": 2503.1,
+            "fleetsight.rank": 13,
+        },
+        RANK_LOG,
+    ),
     Sample(
         "application",
         "Epoch 3: step=1200 loss=inf step_time_ms=512.5",
@@ -324,6 +339,9 @@ APPLICATION_EDGE_CASES = [
     "[2026-11-21 10:01:31] timestep=4 lr=0.1 loss=0.5 step=9 loss=7",
     "[2026-11-21 10:01:31] step=4 loss=bad",
     "[2026-11-21 10:01:31] step=4, loss=1.0; grad=2",
+    "[2026-11-21 10:01:31] fleetsight-train step=7 replica=0 node=n0001 loss=nan grad_norm=inf",
+    "[2026-11-21 10:01:31] step=8 loss=1.5 grad_norm=0.7",
+    "[2026-11-21 10:01:31] step=9 replica=x loss=1.5",
     "[2026-11-21 10:08:02] [rank13]:[E ProcessGroupNCCL.cpp:616] [Rank 13] Watchdog caught collective operation "
     "timeout: WorkNCCL(SeqNum=289, OpType=ALLREDUCE, NumelIn=67108864, NumelOut=67108864, Timeout(ms)=600000) "
     "ran for 600061 milliseconds before timing out.",

@@ -60,6 +60,12 @@ ROUTES = [
         },
         "fleetsight-health,slack-facilities,slack-job",
     ),
+    # A failure forecast is a warning for the SRE channel: never a page, never the job's channel (the
+    # health service hears it and only degrades: health/policy.yml).
+    (
+        {"alertname": "ComponentFailureForecast", "severity": "warning", "team": "sre", "node": "n1"},
+        "fleetsight-health,slack-default",
+    ),
 ]
 
 
@@ -70,7 +76,7 @@ def amtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_config_is_valid() -> None:
     result = amtool("check-config", str(CONFIG))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 inhibit rules" in result.stdout
+    assert "6 inhibit rules" in result.stdout
 
 
 @pytest.mark.parametrize(

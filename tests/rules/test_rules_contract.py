@@ -30,6 +30,7 @@ ISSUE_ALERTS = {
     "InfiniBandLinkFlapping",
     "InfiniBandSymbolErrors",
     "InfiniBandPortRateDegraded",
+    "InfiniBandFlashCut",  # issue 43: rules/infiniband.yml, a sub-second cut between scrapes
     "LustreClientErrors",
     "LustreOSTSlow",
     "StragglerNode",
@@ -41,6 +42,9 @@ ISSUE_ALERTS = {
     "FabricManagerDown",  # issue 41: rules/blindness.yml, NVIDIA Fabric Manager not running
     "GPUAppXidsAcrossJobs",  # issue 41: rules/gpu.yml, application Xids that follow one GPU across jobs
     "FleetClusterMissing",  # issue 45: rules/fleet.yml, a cluster the global layer cannot read
+    "ComponentFailureForecast",  # issue 43: rules/precursors.yml, error trends that forecast a failure
+    "TrainingSilentCorruptionSuspected",  # issue 43: rules/training.yml, a replica that disagrees (SDC)
+    "MemoryScanOverdue",  # issue 43: rules/checks.yml, a node past its memory-scan (DCGM level 4) due date
 }
 # Alerts about a whole cluster (or a central service), not one node: their description names the
 # cluster instead.
