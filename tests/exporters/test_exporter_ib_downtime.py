@@ -59,8 +59,11 @@ def samples(src: XidSource) -> dict[str, dict[tuple, float]]:
 
 
 def port_value(scrape: dict[str, dict[tuple, float]], name: str) -> float | None:
-    labels = (("device", hw.IB_DEVICES[PORT]), ("pci_bdf", BDF), ("port", "1"))
-    return scrape.get(name, {}).get(labels)
+    """The port's value; other labels (the agent's `node`, set where the environment names one) aside."""
+    wanted = {("device", hw.IB_DEVICES[PORT]), ("pci_bdf", BDF), ("port", "1")}
+    found = [value for labels, value in scrape.get(name, {}).items() if wanted <= set(labels)]
+    assert len(found) <= 1, (name, scrape.get(name))
+    return found[0] if found else None
 
 
 def append(host: dict[str, Path], text: list[str]) -> None:
