@@ -760,3 +760,43 @@ def test_the_global_layer_reads_the_clusters_file_the_chart_writes(
     assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     refused = helm("template", "fs", str(CHART), "--set", "fleet.enabled=true", check=False)
     assert refused.returncode != 0 and "fleet.enabled needs fleet.clusters" in refused.stderr
+
+
+def test_the_silent_corruption_watch_is_off_by_default_and_needs_its_log_store() -> None:
+    """trainingSdc (docs/anomaly.md "Silent data corruption"): no log store in the chart, so off by
+    default; on, it reads the store given (read-only user, password and CA from Secrets), serves /metrics
+    scraped as job training-sdc; on without a store is refused with what to set."""
+    assert "fs-fleetsight-training-sdc" not in kinds(render()).get("Deployment", [])
+    objects = render(
+        "--set", "trainingSdc.enabled=true", "--set", "trainingSdc.logsUrl=https://logs:9200",
+        "--set", "trainingSdc.logsUser=reader", "--set", "trainingSdc.logsPasswordSecret=sdc-pw",
+        "--set", "trainingSdc.logsCaSecret=logs-ca", "--set", "monitoring.operator.enabled=true",
+    )  # fmt: skip
+    pod = workload(objects, "Deployment", "fs-fleetsight-training-sdc")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[:3] == ["anomaly", "sdc", "serve"]
+    assert {"--logs-url=https://logs:9200", "--logs-user=reader", "--listen=0.0.0.0:9146"} <= set(args)
+    assert "--logs-password-file=/etc/fleetsight/logs/password" in args
+    assert "--logs-ca-file=/etc/fleetsight/logs-ca/ca.crt" in args
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["logs-password"]["secret"]["secretName"] == "sdc-pw"
+    assert volumes["logs-ca"]["secret"]["secretName"] == "logs-ca"
+    (monitor,) = [
+        o for o in objects if o["kind"] == "ServiceMonitor" and "training-sdc" in o["metadata"]["name"]
+    ]
+    assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert "fs-fleetsight-training-sdc" in kinds(objects)["Service"]
+    for obj in objects:
+        if obj["kind"] not in OPERATOR_KINDS and obj["metadata"]["name"] == "fs-fleetsight-training-sdc":
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    refused = helm(
+        "template",
+        "fs",
+        str(CHART),
+        "--namespace",
+        "fleetsight",
+        "--set",
+        "trainingSdc.enabled=true",
+        check=False,
+    )
+    assert refused.returncode != 0 and "trainingSdc.logsUrl" in refused.stderr
