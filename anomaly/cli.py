@@ -18,6 +18,7 @@ from fleetsight.logs import setup_logging
 from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
 from .jobs import DEFAULT_POD_LABEL_KEYS, pod_label_keys
+from .pace_cli import pace as pace_group
 from .sdc_cli import sdc as sdc_group
 
 DEFAULT_LISTEN = "127.0.0.1:19140"
@@ -126,6 +127,15 @@ def _pod_owners(kubeconfig: Path | None) -> Any:
     default=None,
     help="With --pod-owners: the API server's kubeconfig (token users); default: the pod's ServiceAccount.",
 )
+@click.option(
+    "--dcgm-interval",
+    envvar="FLEETSIGHT_DCGM_INTERVAL",
+    default="5s",
+    show_default=True,
+    help="dcgm-exporter's collection interval (DCGM_EXPORTER_INTERVAL; what each profiling sample "
+    "averages). The one-window fast path for large stragglers runs at 5s or more; shorter samples "
+    'over-read a step\'s waits (docs/anomaly.md, "Sampling cadence").',
+)
 @web_config_option
 def serve(
     prometheus_url: str,
@@ -139,6 +149,7 @@ def serve(
     cluster: str,
     pod_owners: bool = False,
     kubeconfig: Path | None = None,
+    dcgm_interval: str = "5s",
     web_config_file: str | None = None,
 ) -> None:
     """Run the service: read Prometheus every cycle, flag stragglers, serve /metrics and /v1/stragglers.
@@ -156,6 +167,7 @@ def serve(
     from fleetsight import auth
 
     from .service import AnomalyService, ServiceConfig, create_app
+    from .state import DetectorConfig
 
     setup_logging()
     try:
@@ -168,7 +180,9 @@ def serve(
     if interval <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
     tls = uvicorn_tls(web_config_file)
+    detector = DetectorConfig(sample_average_s=_interval_seconds(dcgm_interval))
     config = ServiceConfig(
+        detector=detector,
         prometheus_url=prometheus_url,
         slurm_url=slurm_url,
         interval_s=interval,
@@ -187,10 +201,24 @@ def serve(
                 "tls": bool(tls),
                 "prometheus_url": prometheus_url,
                 "slurm_url": slurm_url,
+                "dcgm_interval_s": detector.sample_average_s,
+                "fast_path": detector.sample_average_s >= detector.fast_min_sample_s,
             }
         )
     )
     run_server(create_app(service, guard=guard), host, port, tls, limit_concurrency=256)
+
+
+def _interval_seconds(value: str) -> float:
+    try:
+        seconds = float(durations.seconds(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dcgm-interval") from None
+    if not 0 < seconds <= 600:
+        raise click.BadParameter(
+            f"{value!r}: expected more than 0 and at most 10m", param_hint="--dcgm-interval"
+        )
+    return seconds
 
 
 def parse_when(value: str, now: float, hint: str) -> float:
@@ -299,3 +327,4 @@ def _iso(unix: float) -> str:
 
 
 cli.add_command(sdc_group)  # silent data corruption from the training logs (anomaly/sdc_cli.py)
+cli.add_command(pace_group)  # a job's own pace and its stragglers, from the same logs (anomaly/pace_cli.py)

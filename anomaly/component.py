@@ -35,6 +35,10 @@ def command(settings: Settings) -> list[str]:
         *jobs,
         "--listen",
         f"{settings.host}:{settings.port('anomaly')}",
+        # What the twin's samples average: 1 s (realism.sample_window) unless a scenario says otherwise,
+        # where the fast path stays off (docs/anomaly.md, "Sampling cadence").
+        "--dcgm-interval",
+        os.environ.get("FLEETSIGHT_DCGM_INTERVAL") or "1s",
     )
 
 

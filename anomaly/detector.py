@@ -55,9 +55,9 @@ from .blind import blind_view, report_blind, with_silent_members
 from .cause import cause_of, gpu_scope, job_impact
 from .covariance import OutlierModel
 from .job_model import learn, new_job_state, score_job
-from .paths import disturbed, fast_path, hardware_path, slow_path, step_path
+from .paths import disturbed, fast_path, hardware_path, long_path, slow_path, step_path
 from .peerless import fleet_baseline, score_peerless
-from .robust import safe_log
+from .robust import pooled_spread, safe_log
 from .state import (
     BLIND_REASONS,
     CAUSES,
@@ -173,7 +173,15 @@ class Detector:
         z = candidate.z
         z_clean = np.where(np.isfinite(z), z, 0.0)
         hit = (z_clean >= cfg.z_threshold) & outlier & candidate.kept_pace
-        slow = slow_path(cfg, state, candidate, window) | step_path(cfg, state, candidate, window)
+        flagged_now = any(node.flag is not None for node in state.node_state.values())
+        state.since_flag = 0 if flagged_now else state.since_flag + 1
+        stepped = step_path(cfg, state, candidate, window)
+        slow = slow_path(cfg, state, candidate, window) | stepped
+        long, long_mean = long_path(cfg, state, candidate, window)
+        # A node building up to the long path's floor does not learn its residual as normal meanwhile;
+        # where the job wanders (expert routing) the long path needs hardware and nothing is held back.
+        building = np.nan_to_num(long_mean).max(axis=1) >= cfg.long_min_effect
+        building &= not _wanders(cfg, state)
         hw_path = hardware_path(cfg, candidate, window)
         # The fast path (large slowdowns, one window) looks only where the one-window test holds, in a
         # job without a flagged node: its peers wait for that one, and waiting peers scatter (mixed_day:
@@ -181,7 +189,7 @@ class Detector:
         # Their utilisation is an evidence field, read on demand: only then.
         # Nor in the first window after the job paused as a whole (see JobState.after_pause).
         looking = hit.any(axis=1)
-        off = cfg.fast_windows <= 0 or state.after_pause
+        off = cfg.fast_windows <= 0 or cfg.sample_average_s < cfg.fast_min_sample_s or state.after_pause
         if off or any(node.flag is not None for node in state.node_state.values()):
             looking[:] = False
         state.after_pause = False
@@ -216,7 +224,10 @@ class Detector:
             )
             threshold = cfg.z_threshold / 2 if node_state.flag is not None else cfg.z_threshold
             slow_hit = bool(slow[pos].any())
+            node_state.stepped = bool(stepped[pos].any())
             node_state.slow_run = node_state.slow_run + 1 if slow_hit else 0
+            long_hit = bool(long[pos].any())
+            node_state.long_run = node_state.long_run + 1 if long_hit else 0
             hw_hit = bool(hw_path[pos].any())
             node_state.hw_run = node_state.hw_run + 1 if hw_hit else 0
             if hw_hit and not bool(hit[pos].any()):
@@ -225,6 +236,7 @@ class Detector:
             is_candidate = (
                 bool(hit[pos].any())
                 or slow_hit
+                or long_hit
                 or hw_hit
                 or (node_state.flag is not None and node_z >= threshold)
             )
@@ -238,8 +250,10 @@ class Detector:
             node_state.strong_run = node_state.strong_run + 1 if strong else 0
             node_state.fast_run = node_state.fast_run + 1 if strong and bool(fast[pos].any()) else 0
             node_state.quiet_run = 0 if is_candidate else node_state.quiet_run + 1
+            quiet = node_state.quiet_run >= cfg.clear_after
+            node_state.candidacy = 0 if quiet else node_state.candidacy + 1
             past = bool((z_clean[pos] >= cfg.z_threshold).any())
-            busy[pos] = node_state.flag is not None or (not warm and (is_candidate or past))
+            busy[pos] = node_state.flag is not None or (not warm and (is_candidate or past or building[pos]))
             if node_state.flag is None:
                 if is_candidate:  # evidence only for candidates: comparing with peers costs O(job)
                     peers = float(wait[pos]) if wait is not None else None
@@ -289,13 +303,20 @@ class Detector:
         # Why the flag is due, first rule that holds: said in the evidence (``path``).
         rules = (
             ("strong_hardware", strong and hardware),
-            ("fast", cfg.fast_windows > 0 and node_state.fast_run >= cfg.fast_windows),
+            ("fast", cfg.fast_windows > 0 and node_state.fast_run >= cfg.fast_windows),  # 0 where off
             ("strong", node_state.strong_run >= 2),
             ("slow", node_state.slow_run >= cfg.slow_k),
+            ("long", node_state.long_run >= cfg.long_k),
             ("hardware", hardware and node_state.hw_run >= cfg.slow_k),
             ("persistent", sum(node_state.recent) >= cfg.k),
         )
         path = next((rule for rule, due in rules if due), None)
+        # A sudden lasting rise (the step path) is what routing, which moves load slowly, does not do.
+        held = not hardware and not node_state.stepped and _wanders(cfg, self.jobs[candidate.job])
+        if path is not None and held:
+            if node_state.candidacy < cfg.wander_hold:
+                return  # expert routing keeps a node busiest for minutes: wait longer than that
+            evidence["wander_windows"] = node_state.candidacy
         if path is not None:
             evidence["path"] = path
             if peers_wait is not None and math.isfinite(peers_wait):
@@ -309,6 +330,11 @@ class Detector:
                 candidate.job, name, cause, named, node_z, window.end, evidence, window.end
             )
             events.append(Event("flag", window.end, node_state.flag))
+
+
+def _wanders(cfg: DetectorConfig, state: JobState) -> bool:
+    """Do the job's nodes wander by themselves (expert routing), as the slow path measures it?"""
+    return len(state.drift) > 0 and pooled_spread(state.drift) > cfg.wander_drift
 
 
 def _impact(

@@ -38,7 +38,7 @@ def new_job_state(cfg: DetectorConfig, names: list[str], gpus: int) -> JobState:
         var=np.zeros(shape),
         count=np.zeros(shape, dtype=np.int64),
         own=np.full(shape, np.nan),
-        recent_resid=deque(maxlen=cfg.slow_windows),
+        recent_resid=deque(maxlen=max(cfg.slow_windows, cfg.long_windows)),
         steps=deque(maxlen=cfg.step_before + cfg.step_after),
         rises=deque(maxlen=cfg.noise_windows),
         noise=deque(maxlen=cfg.noise_windows),

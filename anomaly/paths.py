@@ -46,7 +46,7 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
     state.recent_resid.append(candidate.resid)
     if len(state.recent_resid) < cfg.short_windows:
         return none
-    stack = np.stack(state.recent_resid)
+    stack = np.stack(list(state.recent_resid)[-cfg.slow_windows :])
     drift = pooled_spread(state.drift)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -54,7 +54,7 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
         mean = np.nanmean(stack, axis=0)
     short_scale = np.maximum(candidate.scale / math.sqrt(cfg.short_windows), drift)
     slow = short - cfg.slow_min_effect >= cfg.z_threshold * short_scale
-    if len(state.recent_resid) >= cfg.slow_windows:
+    if len(stack) >= cfg.slow_windows:
         state.slow_mean = mean
         scale = _slow_scale(cfg, candidate, mean, drift)
         remember(state.drift, mean, state)
@@ -65,6 +65,34 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
         slow &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
     slow &= candidate.kept_pace
     return np.where(np.isfinite(short), slow, False)
+
+
+def long_path(
+    cfg: DetectorConfig, state: JobState, candidate: Candidate, window: Window
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU: a 5 % straggler, too small for the slow path's floor (``slow_min_effect``) over 8
+    windows, shows over ``long_windows``: a mean residual of at least ``long_min_effect`` that is
+    significant against the mean's own scale (as the slow path's: a window's scale over the square root
+    of the windows averaged, the spread of the node means, the job's drift). Reads the residuals the
+    slow path kept (call it after slow_path). Also the mean, so that a node above the floor does not
+    learn the straggler as its normal while it builds up."""
+    none = np.zeros(candidate.z.shape, dtype=bool)
+    unsettled = state.since_flag < cfg.long_windows  # a straggler's episode is in the mean
+    if len(state.recent_resid) < cfg.long_windows or len(candidate.window_nodes) < 2 or unsettled:
+        return none, np.full(candidate.z.shape, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(np.stack(list(state.recent_resid)[-cfg.long_windows :]), axis=0)
+    drift = pooled_spread(state.drift)
+    scale = np.maximum(candidate.scale / math.sqrt(cfg.long_windows), drift)
+    if len(candidate.window_nodes) >= 4:
+        spread = 1.4826 * nanmedian(np.abs(mean - nanmedian(mean)))
+        if math.isfinite(spread):
+            scale = np.maximum(scale, spread)
+    hit = (np.nan_to_num(mean) >= cfg.long_min_effect) & (np.nan_to_num(mean) / scale >= cfg.z_threshold)
+    if drift > cfg.wander_drift:
+        hit &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
+    return hit & candidate.kept_pace, mean
 
 
 def _slow_scale(cfg: DetectorConfig, candidate: Candidate, mean: np.ndarray, drift: float) -> np.ndarray:

@@ -162,7 +162,9 @@ def _line(verdict: object) -> str:
 def serve(**options: object) -> None:
     """Check every job in the window every --interval seconds; publish fleetsight_training_sdc_suspect
     (and _flagged, _source_up, ...) on /metrics for Prometheus, which alerts with
-    TrainingSilentCorruptionSuspected (warning; never a drain).
+    TrainingSilentCorruptionSuspected (warning; never a drain). The same cycle measures each job's own
+    pace (anomaly/pace.py; `fleetsight anomaly pace check` once): fleetsight_job_pace_slowdown_ratio,
+    fleetsight_job_pace_gpu_hours_lost_total and fleetsight_job_pace_straggler{hpc_job,node,cause}.
 
     \b
     Examples:

@@ -4,7 +4,9 @@ records in step order, as anomaly/sdc_records.py reads the indexed documents.
 
 The documents are the log pipeline's (pipelines/catalogue.py, docs/logs.md): ``fleetsight.hpc_job``,
 ``host.name``, ``training.step``, ``training.loss`` (or ``training.loss_finite: false``),
-``training.grad_norm`` and, on a replica's own line, ``training.replica``.
+``training.grad_norm`` and, on a replica's own line, ``training.replica``; for the pace check
+(anomaly/pace.py) ``training.step_time_ms`` and, where a rank splits its step, ``training.data_ms``,
+``training.compute_ms`` and ``training.comm_ms``.
 """
 
 from __future__ import annotations
@@ -90,6 +92,19 @@ class LogStore:
 
     def records(self, job: str, since: str = "6h") -> list[Record]:
         """A job's training records in the window, in step order (paged with search_after)."""
+        return self.to_records(job, self.sources(job, since))
+
+    @staticmethod
+    def to_records(job: str, sources: list[dict[str, Any]]) -> list[Record]:
+        """The silent-corruption check's records of a job's documents (one read serves both checks)."""
+        try:
+            return from_documents(sources)
+        except SdcInputError as exc:
+            raise SourceError(f"job {job}: {exc}") from exc
+
+    def sources(self, job: str, since: str = "6h") -> list[dict[str, Any]]:
+        """A job's training documents in the window (``_source``), in step order, paged with
+        search_after: what both the silent-corruption and the pace checks read."""
         sources: list[dict[str, Any]] = []
         after: list[Any] | None = None
         while len(sources) < self.max_records:
@@ -108,7 +123,4 @@ class LogStore:
             after = hits[-1].get("sort")
             if after is None:
                 raise SourceError("log store answered a page without sort values: cannot page on")
-        try:
-            return from_documents(sources)
-        except SdcInputError as exc:
-            raise SourceError(f"job {job}: {exc}") from exc
+        return sources

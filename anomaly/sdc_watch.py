@@ -1,10 +1,16 @@
-"""The silent-corruption check as a small service: every cycle, each job that logged training steps in the
-window is read from the log store and checked (anomaly/sdc.py); /metrics publishes the flags, which
-``TrainingSilentCorruptionSuspected`` (rules/source/training.yml) turns into a warning. A suspect is
-evidence for a memory-pattern check of its node, never a drain (health/policy.yml: degraded).
+"""The training watch, a small service: every cycle, each job that logged training steps in the window is
+read once from the log store and checked twice, for silent corruption (anomaly/sdc.py) and for its own
+pace (anomaly/pace.py); /metrics publishes both.
 
-Each cycle checks the window afresh (no state across cycles): a flag lasts while the steps that raised it
-are in the window.
+- Silent corruption: ``TrainingSilentCorruptionSuspected`` (rules/source/training.yml) turns the flags
+  into a warning. A suspect is evidence for a memory-pattern check of its node, never a drain
+  (health/policy.yml: degraded).
+- Pace: per job its slowdown against its own healthy pace, the GPU-hours that cost, and the straggler
+  no GPU signal shows (cause ``host`` or ``communication``).
+
+Each cycle checks the window afresh: a flag lasts while the steps that raised it are in the window. The
+GPU-hours lost are the one thing kept across cycles (a counter: steps that leave the window keep what
+they cost).
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .pace import PaceConfig, PaceVerdict
+from .pace import detect as pace_detect
+from .pace_records import PaceInputError
+from .pace_records import from_documents as pace_documents
 from .sdc import Config, SdcInputError, Verdict, detect
 from .sdc_source import LogStore, SourceError
 
@@ -30,6 +40,12 @@ class SdcWatch:
     since: str = "6h"
     config: Config = field(default_factory=Config)
     verdicts: list[Verdict] = field(default_factory=list)
+    pace_config: PaceConfig = field(default_factory=PaceConfig)
+    paces: list[PaceVerdict] = field(default_factory=list)
+    # Per job: GPU-hours per window end still in the window (recomputed each cycle), and those of the
+    # steps that left it (kept as they were).
+    lost: dict[str, dict[int, float]] = field(default_factory=dict)
+    lost_before: dict[str, float] = field(default_factory=dict)
     up: bool = False
     cycles: int = 0
     errors: int = 0
@@ -40,24 +56,44 @@ class SdcWatch:
         """Check every job with steps in the window; a job whose records are unreadable is skipped (and
         logged), a store that cannot be read fails the cycle and keeps the last verdicts."""
         try:
-            verdicts = []
+            verdicts, paces = [], []
             for job in self.store.jobs(self.since):
+                sources = self.store.sources(job, self.since)
                 try:
-                    verdicts.append(detect(self.store.records(job, self.since), job, self.config))
-                except SdcInputError as exc:
+                    verdicts.append(detect(self.store.to_records(job, sources), job, self.config))
+                except (SdcInputError, SourceError) as exc:
                     log.warning("job %s: records skipped: %s", job, exc)
+                try:
+                    paces.append(pace_detect(pace_documents(sources), job, self.pace_config))
+                except PaceInputError as exc:
+                    log.warning("job %s: pace records skipped: %s", job, exc)
         except SourceError as exc:
             with self.lock:
                 self.up, self.errors = False, self.errors + 1
             log.error("sdc cycle failed: %s", exc)
             return []
         with self.lock:
-            self.verdicts, self.up = verdicts, True
+            self.verdicts, self.paces, self.up = verdicts, paces, True
+            self._keep_lost(paces)
             self.cycles, self.last_cycle = self.cycles + 1, time.time()
         for verdict in verdicts:
             if verdict.flagged:
                 log.info("sdc flag: %s", verdict.as_dict())
+        for pace in paces:
+            if pace.flagged:
+                log.info("pace straggler: %s", pace.as_dict())
         return verdicts
+
+    def _keep_lost(self, paces: list[PaceVerdict]) -> None:
+        """Fold the GPU-hours of steps that left the window into the job's kept total; forget jobs that
+        left it (their counter ends with them)."""
+        lost, before = {}, {}
+        for pace in paces:
+            kept = self.lost.get(pace.job, {})
+            gone = sum(h for step, h in kept.items() if step < pace.first_step)
+            before[pace.job] = self.lost_before.get(pace.job, 0.0) + gone
+            lost[pace.job] = dict(pace.lost_by_step)  # the steps still in the window: measured afresh
+        self.lost, self.lost_before = lost, before
 
 
 class SdcCollector(Collector):
@@ -70,6 +106,9 @@ class SdcCollector(Collector):
         w = self.watch
         with w.lock:
             verdicts, up, cycles, errors, last = list(w.verdicts), w.up, w.cycles, w.errors, w.last_cycle
+            paces = list(w.paces)
+            lost = {job: w.lost_before.get(job, 0.0) + sum(hours.values()) for job, hours in w.lost.items()}
+        yield from _pace_families(paces, lost)
         suspect = GaugeMetricFamily(
             "fleetsight_training_sdc_suspect",
             "1 while a data-parallel replica of a job disagrees persistently with the others (possible "
@@ -104,3 +143,37 @@ class SdcCollector(Collector):
         yield GaugeMetricFamily(
             "fleetsight_training_sdc_last_cycle_timestamp_seconds", "End of the last cycle.", value=last
         )
+
+
+def _pace_families(paces: list[PaceVerdict], lost: dict[str, float]) -> Iterator[GaugeMetricFamily]:
+    """The pace check's series: a job whose pace is unknown (no step times yet, no healthy block)
+    publishes no ratio; a straggler only while it is flagged."""
+    ratio = GaugeMetricFamily(
+        "fleetsight_job_pace_slowdown_ratio",
+        "The job's step time over its last window against its own healthy pace, minus 1 (0.1: 10 % slower).",
+        labels=["hpc_job"],
+    )
+    hours = CounterMetricFamily(
+        "fleetsight_job_pace_gpu_hours_lost",
+        "GPU-hours the job has lost to running slower than its own healthy pace (its GPUs x the extra time).",
+        labels=["hpc_job"],
+    )
+    straggler = GaugeMetricFamily(
+        "fleetsight_job_pace_straggler",
+        "1 while a job's own step timings name a straggler with no GPU signature: cause host (its data "
+        "loader or CPU keeps the peers waiting) or communication (node empty: the whole ring is slower).",
+        labels=["hpc_job", "node", "cause"],
+    )
+    for pace in paces:
+        if pace.slowdown_ratio is not None:
+            ratio.add_metric([pace.job], pace.slowdown_ratio)
+        if pace.straggler is not None:
+            straggler.add_metric([pace.job, pace.straggler.node, pace.straggler.cause], 1.0)
+    for job, value in sorted(lost.items()):
+        hours.add_metric([job], value)
+    yield ratio
+    yield hours  # type: ignore[misc]
+    yield straggler
+    yield GaugeMetricFamily(
+        "fleetsight_job_pace_jobs", "Jobs whose pace the last cycle measured.", value=len(paces)
+    )

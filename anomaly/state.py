@@ -35,6 +35,18 @@ class DetectorConfig:
     k: int = 6  # a mild candidate (z_threshold..z_strong) must hold in k ...
     n: int = 7  # ... of the last n counted windows (longer than benign jitter lasts)
     slow_k: int = 2  # slow-path candidates in a row (on top of its 8-window average)
+    # The long path (issue 42: 5 % stragglers within 15 minutes): the mean residual over long_windows
+    # counted windows (8 minutes) at least long_min_effect and z_threshold scales of that mean (a
+    # window's scale over sqrt(long_windows), widened by the job's drift), long_k windows in a row.
+    # OS jitter (<= 8 % for <= 3 minutes) adds at most 0.03 to a 16-window mean; healthy nodes' means
+    # stayed at or under 0.04 on the benign training scenarios (pipeline bubbles); MoE jobs wander
+    # further, and there (wander_drift) the long path needs a hardware signal, as the slow path does.
+    # Nor while the job's last long_windows windows held a flagged node: waiting peers scatter, and a
+    # peer's mean over a straggler's episode plus a minute of OS jitter after it crossed the floor
+    # (gray_x15_16n at 5-s samples).
+    long_windows: int = 16
+    long_min_effect: float = 0.05
+    long_k: int = 2
     short_windows: int = 4  # the slow path's short average: decides when significantly (z_threshold)
     # above slow_min_effect, so that a 15-20 % straggler in a noisy job is not left to the 8-window mean
     clear_after: int = 3  # counted windows without a candidate before a flag clears
@@ -47,12 +59,15 @@ class DetectorConfig:
     # (a checkpoint's edge caught in some nodes' samples and not in others' idles them instead).
     fast_z: float = 4.0
     fast_wait: float = 0.08  # the largest benign effect: OS jitter of up to 8 % makes the peers wait less
-    # 0: off, the default. With 1 the median latency at >= 20 % halves (60 -> 30 s), but the benign training
-    # day gets 12 one-window flags: windows where the job stood still for one or two of their six samples
-    # (a job-wide stall, a peer's data-loader hiccup), whose median is then the lower tail of the 1-s
-    # samples of a pipelined step, so the one node that missed every wait tops its falling peers
-    # (docs/anomaly.md, "The fast path"). On once a window says the job paused in part of it.
-    fast_windows: int = 0
+    # 1: on, where each sample averages at least fast_min_sample_s (sample_average_s: dcgm-exporter's
+    # collection interval, 5 s as FleetSight ships it; the service's --dcgm-interval). With 1-s samples
+    # the benign training day got 12 one-window flags: windows where the job stood still for one or two
+    # of their six samples (a job-wide stall, a peer's data-loader hiccup), whose median is then the lower
+    # tail of the 1-s samples of a pipelined step, so the one node that missed every wait tops its
+    # falling peers. 5-s samples average most of a step: none (docs/anomaly.md, "Sampling cadence").
+    fast_windows: int = 1
+    sample_average_s: float = 5.0
+    fast_min_sample_s: float = 5.0
     fast_util: float = 75.0  # the peers' median GPU utilisation (%): waiting in NCCL reads ~100, a node
     # idle in half of the window's samples (a checkpoint's edge) 50 or less
     fast_min_nodes: int = 4  # under four nodes the peers' wait is one or two nodes' fall, which expert
@@ -78,6 +93,15 @@ class DetectorConfig:
     # expert routing builds up over a job's first half hour, the gauge reading 0.025-0.035 there and
     # ~0.05 later, and at 0.04 the busiest node of a 38-node (gen_7319) or 3-node MoE job was flagged
     # while it built up
+    # Expert routing moves a job's load to another node "every few minutes" (issue 42's moe_imbalance):
+    # for those minutes the busiest node paces the job as a straggler of 5-20 % would. In a job whose
+    # nodes wander so (wander_drift), a flag without a hardware signal waits until the node has been
+    # a candidate for wander_hold windows (6 minutes: longer than the issue's "every few minutes"
+    # routing keeps a node busiest, up to 5 on the benign training day; at 5 minutes two of its routing
+    # spans were flagged) with no clear_after quiet windows in a row between. Hardware flags are not
+    # held, nor a small job's sudden lasting rise (the step path: routing moves load slowly). A 40 %
+    # straggler in an 8-node MoE job (moe_gray_x14_8n) is flagged 90 s later for it.
+    wander_hold: int = 12
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor
@@ -177,8 +201,11 @@ class NodeState:
     strong_run: int = 0
     fast_run: int = 0
     slow_run: int = 0
+    long_run: int = 0
     hw_run: int = 0
     quiet_run: int = 0
+    candidacy: int = 0  # windows since the node became a candidate (0 after clear_after quiet ones)
+    stepped: bool = False  # the step path's hit this window (a sudden lasting rise: not routing)
     flag: Straggler | None = None
 
 
@@ -206,6 +233,7 @@ class JobState:
     # next is its first back, where ranks resume at staggered moments and the last one back computes
     # while the others already wait, a straggler's signature for one window. No fast flag there.
     after_pause: bool = False
+    since_flag: int = 1_000_000  # counted windows since a node of the job was last flagged
 
 
 @dataclass

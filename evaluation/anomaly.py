@@ -38,7 +38,11 @@ __all__ = [
 ]
 
 METHODS: dict[str, Callable[[], Any]] = {
-    "detector": lambda: Detector(DetectorConfig()),
+    # The detector is told what each DCGM sample averages (the twin's realism.sample_window), as the
+    # service is told dcgm-exporter's collection interval (--dcgm-interval).
+    "detector": lambda sample_s=DetectorConfig.sample_average_s: Detector(
+        DetectorConfig(sample_average_s=sample_s)
+    ),
     "static_power": StaticPowerBaseline,
     "zscore": ZScoreBaseline,
 }
@@ -50,11 +54,16 @@ def run_scenario(
     progress: Callable[[int], None] | None = None,
     duration: float | None = None,
     dcgm_labels: str | None = None,
+    sample_window: float | None = None,
 ) -> ScenarioRun:
     """One scenario through the detector and the baselines; ``duration`` (s) stops the simulation
-    early, as the twin's runner does for ``--duration``: the same data up to then."""
-    feed = TwinFeed(path, cycle, duration, dcgm_labels)
-    methods = {name: factory() for name, factory in METHODS.items()}
+    early, as the twin's runner does for ``--duration``: the same data up to then. ``sample_window``
+    (s) replaces the scenario's realism.sample_window: what each DCGM sample averages."""
+    feed = TwinFeed(path, cycle, duration, dcgm_labels, sample_window)
+    sample_s = feed.scenario.realism.sample_window
+    methods = {
+        name: factory(sample_s) if name == "detector" else factory() for name, factory in METHODS.items()
+    }
     events: dict[str, list[Event]] = {name: [] for name in methods}
     cpu: list[float] = []
     for window in feed.windows(progress):
@@ -131,8 +140,10 @@ def evaluate(
     progress: Callable[[int], None] | None = None,
     duration: float | None = None,
     dcgm_labels: str | None = None,
+    sample_window: float | None = None,
 ) -> dict[str, Any]:
-    return report([run_scenario(path, cycle, progress, duration, dcgm_labels) for path in paths], cycle)
+    runs = [run_scenario(path, cycle, progress, duration, dcgm_labels, sample_window) for path in paths]
+    return report(runs, cycle)
 
 
 def flag_log(runs: list[ScenarioRun]) -> list[dict[str, Any]]:

@@ -43,9 +43,17 @@ class TwinFeed:
     """Runs one scenario in the twin and yields a window every cycle."""
 
     def __init__(
-        self, path: Path, cycle: float = 30.0, duration: float | None = None, dcgm_labels: str | None = None
+        self,
+        path: Path,
+        cycle: float = 30.0,
+        duration: float | None = None,
+        dcgm_labels: str | None = None,
+        sample_window: float | None = None,
     ) -> None:
-        self.scenario = with_dcgm_labels(scenario_mod.load(path), dcgm_labels)
+        scenario = with_dcgm_labels(scenario_mod.load(path), dcgm_labels)
+        if sample_window is not None:  # what each DCGM sample averages (dcgm-exporter's interval)
+            scenario = replace(scenario, realism=replace(scenario.realism, sample_window=sample_window))
+        self.scenario = scenario
         self.sim = Simulation(self.scenario, self.scenario.start)
         # The detector's job id of each twin job (its Slurm id, or <namespace>/<name> from pod labels),
         # to score flags against the truth, which names jobs by their Slurm-style id.

@@ -1,6 +1,7 @@
-"""Scoring a method's flags against the twin's straggler episodes: precision, recall, F1 and latency
-overall, per fault kind and per slowdown band, the cause's accuracy, and false flags per 1,000 node-hours
-on fault-free scenarios; with the missed episodes and the wrong flags, for the detector's report.
+"""Scoring a method's flags against the twin's straggler episodes: precision, recall, recall within 15
+minutes, F1 and latency overall, per fault kind, per slowdown band and per cause, the cause's accuracy,
+and false flags per 1,000 node-hours on fault-free scenarios; with the missed episodes and the wrong
+flags, for the detector's report.
 
 Its own module: what counts as a right, wrong or neutral flag is the evaluation's policy, apart from how
 the runs are made (anomaly.py) and from the twin's feed (anomaly_feed.py).
@@ -30,14 +31,30 @@ EXPECTED_CAUSE = {
 # (NEUTRAL_SLOWDOWN) count in the figures too; ``at_target`` gives recall over the targets' own set.
 TARGET_KINDS = frozenset({"psu_failure", "thermal_throttle", "pcie_downgrade", "gray_slow_node"})
 TARGET_SLOWDOWN = 0.10
-BANDS = (("~10%", 0.0, 0.15), ("~20%", 0.15, 0.35), ("~50%", 0.35, 1.0), ("2x+", 1.0, math.inf))
+# The issue's bands (issue 42: 5 %, 10 %, 20 %, 40 %), each named for the target it is judged by. The
+# edges lie halfway between the names, so each band is judged by the stricter target at its edges: a
+# 7.5-10 % straggler by 10 %'s 120 s, a 15-20 % one by the >= 20 % fast path's 30 s. The first edge is
+# NEUTRAL_SLOWDOWN: below it an episode is neutral and counts for no band; a wrong flag raised while such
+# an episode, a benign disturbance or nothing paced the job is tallied in BELOW (episodes 0), not in a
+# band's precision (the overall precision counts it).
+BANDS = (("5%", 0.05, 0.075), ("10%", 0.075, 0.15), ("20%", 0.15, 0.30), ("40%", 0.30, math.inf))
+BELOW = "<5%"
+# The issue's latency goal for the smallest band: found within 15 minutes of straggling.
+WITHIN_S = 900.0
 
 
 def band_of(slowdown: float) -> str:
     for name, low, high in BANDS:
         if low <= slowdown < high:
             return name
-    return BANDS[-1][0]
+    return BELOW
+
+
+def cause_of_kind(kind: str) -> str:
+    """The cause a right flag names for a fault kind (the rows per cause); kinds with no expected
+    cause (a slow OST, a host crash) are ``other``. The twin has no kind whose right cause is
+    ``clocks`` (clocks set low without a throttle reason): no row of it until it has."""
+    return EXPECTED_CAUSE.get(kind, "other")
 
 
 @dataclass
@@ -47,11 +64,13 @@ class _Tally:
     episodes: int = 0
     detected: int = 0
     latencies: list[float] = field(default_factory=list)
+    within: int = 0  # episodes found within WITHIN_S of straggling
     cause_right: int = 0
 
     def figures(self) -> dict[str, Any]:
         precision = self.tp / (self.tp + self.fp) if self.tp + self.fp else None
         recall = self.detected / self.episodes if self.episodes else None
+        recall_15min = self.within / self.episodes if self.episodes else None
         f1 = (
             2 * precision * recall / (precision + recall)
             if precision is not None and recall is not None and precision + recall
@@ -65,6 +84,7 @@ class _Tally:
             "wrong_flags": self.fp,
             "precision": rounded(precision),
             "recall": rounded(recall),
+            "recall_15min": rounded(recall_15min),
             "f1": rounded(f1),
             "latency_median_s": rounded(statistics.median(lat)) if lat else None,
             "latency_p95_s": rounded(float(np.percentile(lat, 95))) if lat else None,
@@ -77,13 +97,16 @@ def rounded(value: float | None) -> float | None:
 
 
 def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
-    """Precision, recall, F1 and latency overall, per fault kind and per slowdown band; false flags per
-    1,000 node-hours on the fault-free scenarios."""
+    """Precision, recall, recall within 15 minutes, F1 and latency overall, per fault kind, per slowdown
+    band and per cause (and per kind or cause and band); false flags per 1,000 node-hours on the
+    fault-free scenarios."""
     overall = _Tally()
     at_target = _Tally()
     by_kind: dict[str, _Tally] = {}
     by_band: dict[str, _Tally] = {}
     by_kind_band: dict[tuple[str, str], _Tally] = {}
+    by_cause: dict[str, _Tally] = {}
+    by_cause_band: dict[tuple[str, str], _Tally] = {}
     false_free = 0
     free_hours = 0.0
     missed: list[dict[str, Any]] = []
@@ -92,11 +115,15 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
 
     def tallies(episode: Episode) -> list[_Tally]:
         targeted = episode.kind in TARGET_KINDS and episode.slowdown >= TARGET_SLOWDOWN
+        band = band_of(episode.slowdown)
+        cause = "benign" if episode.benign else cause_of_kind(episode.kind)
         return [
             overall,
             by_kind.setdefault(episode.kind, _Tally()),
-            by_band.setdefault(band_of(episode.slowdown), _Tally()),
-            by_kind_band.setdefault((episode.kind, band_of(episode.slowdown)), _Tally()),
+            by_band.setdefault(band, _Tally()),
+            by_kind_band.setdefault((episode.kind, band), _Tally()),
+            by_cause.setdefault(cause, _Tally()),
+            by_cause_band.setdefault((cause, band), _Tally()),
             *([at_target] if targeted else []),
         ]
 
@@ -136,22 +163,28 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
             if active:
                 for tally in tallies(active[0]):
                     tally.fp += 1
-            else:
+            else:  # no fault at all paced the job: no kind, no cause, no band's slowdown
                 overall.fp += 1
                 by_kind.setdefault("none", _Tally()).fp += 1
+                by_cause.setdefault("none", _Tally()).fp += 1
+                by_band.setdefault(BELOW, _Tally()).fp += 1
         held = _held_flags(run.events[method])
         for episode in run.episodes:
             if episode.counted and id(episode) in first_flag:
                 flagged, since = first_flag[id(episode)]
+                soon = _paced_before(episode, flagged) <= WITHIN_S
                 for tally in tallies(episode):
                     tally.detected += 1
+                    tally.within += int(soon)
                     tally.latencies.append(flagged - since)
             elif episode.counted and _held_into(held, episode):
                 # The node was already flagged (for an earlier fault of it) when this one started
-                # setting the pace, and stayed flagged: the operator saw it. No latency to report.
+                # setting the pace, and stayed flagged: the operator saw it. No latency to report;
+                # found at once, so within 15 minutes too.
                 held_into += 1
                 for tally in tallies(episode):
                     tally.detected += 1
+                    tally.within += 1
             elif episode.counted:
                 missed.append(_describe(run.name, episode))
     result = overall.figures()
@@ -164,12 +197,31 @@ def score(runs: list[ScenarioRun], method: str) -> dict[str, Any]:
     result["missed"] = missed
     result["wrong"] = wrong
     result["by_kind"] = {kind: tally.figures() for kind, tally in sorted(by_kind.items())}
-    result["by_band"] = {band: by_band[band].figures() for band, _, _ in BANDS if band in by_band}
+    order = [BELOW, *(band for band, _, _ in BANDS)]
+    result["by_band"] = {band: by_band[band].figures() for band in order if band in by_band}
     result["by_kind_band"] = [
         {"kind": kind, "band": band, **tally.figures()}
-        for (kind, band), tally in sorted(by_kind_band.items())
+        for (kind, band), tally in sorted(by_kind_band.items(), key=lambda item: _band_key(*item[0]))
+    ]
+    result["by_cause"] = {cause: tally.figures() for cause, tally in sorted(by_cause.items())}
+    result["by_cause_band"] = [
+        {"cause": cause, "band": band, **tally.figures()}
+        for (cause, band), tally in sorted(by_cause_band.items(), key=lambda item: _band_key(*item[0]))
     ]
     return result
+
+
+def _band_key(name: str, band: str) -> tuple[str, int]:
+    """Rows by kind (or cause), then band from the smallest slowdown up."""
+    order = [BELOW, *(b for b, _, _ in BANDS)]
+    return name, order.index(band)
+
+
+def _paced_before(episode: Episode, time: float) -> float:
+    """How long the fault had set its job's pace before ``time``: the straggling an operator sat through
+    before the flag. A fault that paced, was masked by a louder node and paced again is timed over its
+    pacing spans alone, not from its onset (masked, it cost the job nothing of its own)."""
+    return sum(max(0.0, min(b, time) - a) for a, b in episode.pacing if a <= time)
 
 
 def _matching(episodes: list[Episode], job: str, node: str, time: float) -> Episode | None:

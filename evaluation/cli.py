@@ -29,6 +29,7 @@ from twin.scenario import parse_duration as scenario_duration
 from .backfill import CaptureOptions, backfill_blocks
 from .cli_alerts import alerts_command
 from .cli_anomaly import anomaly_command
+from .cli_pace import pace_command
 from .cli_sdc import sdc_command
 from .dashboards import check_history
 from .health import markdown, node_markdown, run_check
@@ -62,6 +63,7 @@ def cli() -> None:
 cli.add_command(alerts_command)
 cli.add_command(anomaly_command)
 cli.add_command(sdc_command)
+cli.add_command(pace_command)
 
 
 @cli.command("backfill")

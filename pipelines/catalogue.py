@@ -333,19 +333,27 @@ def _progress() -> tuple[str, ...]:
     return tuple(out)
 
 
+# Where a rank's step went, after its step time (docs/anomaly.md, "The job's own pace"): all three or none.
+_SPLIT = "".join(
+    f"{{-:until:{key}=}}{key}={{training.{key}:float}}" for key in ("data_ms", "compute_ms", "comm_ms")
+)
+
+
 def _key_values() -> tuple[str, ...]:
     """'step=N ... loss=X [... step_time_ms=T]' anywhere in the (lower-cased) text, keys in one style; in
     the key=value style also a data-parallel replica's line, 'step=N replica=R ... loss=X grad_norm=G'
-    (docs/anomaly.md, "Silent data corruption": what the per-replica check reads)."""
+    (docs/anomaly.md, "Silent data corruption": what the per-replica check reads), and after the step
+    time where the rank's step went, 'data_ms=D compute_ms=C comm_ms=M' (what the pace check reads)."""
     out = []
     for sep in ("=", ": ", " "):
         replicas = ("{-:until:replica=}replica={training.replica:long}", "") if sep == "=" else ("",)
         grads = ("{-:until:grad_norm=}grad_norm={_tmp.grad_norm:loss}", "") if sep == "=" else ("",)
         step_time = f"{{-:until:step_time_ms{sep}}}step_time_ms{sep}{{_tmp.step_time:float}}"
+        tails = (step_time + _SPLIT, step_time, "") if sep == "=" else (step_time, "")
         for start in ("", f"{{-:until:step{sep}}}"):
             for replica in replicas:
                 for grad in grads:
-                    for tail in (step_time, ""):
+                    for tail in tails:
                         out.append(
                             f"{start}step{sep}{{training.step:long}}{replica}{{-:until:loss{sep}}}loss{sep}"
                             f"{{_tmp.loss:loss}}{grad}{tail}"

@@ -65,6 +65,10 @@ PRECURSOR_KINDS = ("nvlink_degrading", "hbm_degrading")
 # wrong without a NaN; only the job's own logs show it. Hardware, apart from FAULT_KINDS for the same
 # reason as SILENT_KINDS.
 SDC_KINDS = ("sdc_training",)
+# Stragglers with no GPU signature (twin/pace_faults.py): a node's NIC that paces the job's all-reduce, a
+# node's host whose data loader falls behind. Only the job's own pace shows them. Hardware, apart from
+# FAULT_KINDS for the same reason as SILENT_KINDS.
+PACE_KINDS = ("slow_nic", "slow_host")
 ALL_KINDS = (
     FAULT_KINDS
     + BENIGN_KINDS
@@ -75,6 +79,7 @@ ALL_KINDS = (
     + FABRIC_NOT_HARDWARE_KINDS
     + PRECURSOR_KINDS
     + SDC_KINDS
+    + PACE_KINDS
 )
 # telemetry_dropout's sources: the canonical name, and the other spellings a scenario may use.
 TELEMETRY_SOURCES = {
@@ -109,6 +114,8 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "loss_spike": 4.0,  # loss multiplier
     "hbm_silent_corruption": 1.0,  # HBM cells that flip under a memory test (DCGM level 4 memtest)
     "sdc_training": 0.2,  # relative error of the corrupt replica's local gradient (0.2: its norm x1.2)
+    "slow_nic": 1.6,  # all-reduce time multiplier: a 400 Gb/s NIC whose PCIe Gen5 link trained at x8
+    "slow_host": 0.15,  # the node's data-loader shortfall per step, as a share of the healthy step
     "leaf_flap": 4.0,  # times every port of the leaf goes down and up during the fault
     "dataloader_hiccup": 10.0,  # seconds the node's data loader stalls
     "os_jitter": 1.04,  # compute-time multiplier of the node
@@ -148,6 +155,8 @@ MAGNITUDE_RANGE: dict[str, tuple[float, float, str]] = {
     "loss_spike": (1.0, 1000.0, "a loss multiplier, 1..1000"),
     "hbm_silent_corruption": (1.0, 1.0, "1 (the GPU's HBM corrupts data silently)"),
     "sdc_training": (0.01, 5.0, "a relative gradient error of the corrupt replica, 0.01..5"),
+    "slow_nic": (1.01, 10.0, "an all-reduce time multiplier 1.01..10"),
+    "slow_host": (0.01, 2.0, "a data-loader shortfall of 0.01..2 healthy steps per step"),
     "leaf_flap": (1.0, 1000.0, "a number of flaps, 1..1000"),
     "dataloader_hiccup": (1.0, 120.0, "seconds of data-loader stall, 1..120"),
     "os_jitter": (1.0, 1.5, "a compute-time multiplier 1..1.5"),
@@ -186,6 +195,8 @@ TARGET_KEYS: dict[str, set[str]] = {
     "loss_spike": {"job", "node"},
     "hbm_silent_corruption": {"node", "gpu"},
     "sdc_training": {"job", "node"},  # node: the corrupt GPU's node (its replica); job: default its job
+    "slow_nic": {"node"},
+    "slow_host": {"node"},
     "leaf_flap": {"switch"},
     "dataloader_hiccup": {"node"},
     "os_jitter": {"node"},

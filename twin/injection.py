@@ -19,11 +19,12 @@ import numpy as np
 from .blind_spot_faults import BlindSpotFaultsMixin
 from .counters import G, P
 from .fabric_gray_faults import FabricGrayFaultsMixin
-from .fault_kinds import PRECURSOR_KINDS, TRAINING_KINDS
+from .fault_kinds import PACE_KINDS, PRECURSOR_KINDS, TRAINING_KINDS
 from .fault_state import NODE_MODIFIERS, ActiveFault
 from .fault_truth import FaultTruthMixin
 from .link_faults import LinkFaultsMixin
 from .node_faults import NodeFaultsMixin
+from .pace_faults import PaceFaultsMixin
 from .precursor_faults import PrecursorFaultsMixin
 from .scenario_model import FaultSpec, Scenario
 from .sdc_faults import SdcFaultsMixin
@@ -81,6 +82,7 @@ class FaultMixin(
     PrecursorFaultsMixin,
     FabricGrayFaultsMixin,
     SdcFaultsMixin,
+    PaceFaultsMixin,
 ):
     """The Simulation's fault handling (a mixin: the state lives on the Simulation): the events'
     lifecycle here, each kind's handlers and the truth in the mixins it is made of."""
@@ -211,3 +213,5 @@ class FaultMixin(
             m.loss_mult[fault.state["job"]] = spec.magnitude
         elif spec.kind in ("ib_lane_downshift", "ib_congestion"):
             self._gray_modify(fault, m)
+        elif spec.kind in PACE_KINDS:
+            self._pace_modify(fault, m)

@@ -10,6 +10,9 @@ A job with ``replica_log`` prints, per step and replica, one dependency-free key
 replica's last pipeline stage (where the loss is computed), the form docs/anomaly.md gives jobs:
 
     fleetsight-train step=1200 replica=3 node=n0007 loss=2.412330 grad_norm=0.8123 step_time_ms=2503.1
+        data_ms=24.0 compute_ms=2101.7 comm_ms=377.4
+
+(one line; the last three keys, where the rank's step went, are twin/pace_faults.py's).
 
 Healthy training is not quiet: a bad batch lands on one replica and spikes its loss for a step, then
 every replica's loss is up for a few steps while the update it caused washes out (an ordinary spike, it
@@ -169,13 +172,15 @@ class SdcFaultsMixin:
             loss[bad] *= 1.0 + SDC_LOSS_SHARE * error
             grad[bad] *= 1.0 + error
         model.loss, model.grad = float(loss.mean()), float(grad.mean())
-        ms = job.step_time * 1000.0
+        pace = self._pace_split(job, step, when)  # where each rank's step went: twin/pace_faults.py
         for replica in range(replicas):
             position = (stages - 1) * replicas + replica  # the replica's last stage computes the loss
             node = int(job.nodes[position])
             text = (
                 f"fleetsight-train step={step} replica={replica} node={self.nodes[node]} "
-                f"loss={loss[replica]:.6f} grad_norm={grad[replica]:.4f} step_time_ms={ms:.1f}"
+                f"loss={loss[replica]:.6f} grad_norm={grad[replica]:.4f} "
+                f"step_time_ms={pace.step[position]:.1f} data_ms={pace.data[position]:.1f} "
+                f"compute_ms={pace.compute[position]:.1f} comm_ms={pace.comm[position]:.1f}"
             )
             self.app_lines.append(AppLine(when, node, job.spec.id, position * G, text))
 

@@ -63,7 +63,7 @@ def _run(
     node's; ``blips``: the slow row's own jump; ``idle``: the nodes' idle shares, by window from the
     first of these); the detector's flag events."""
     rng = np.random.default_rng(11)
-    # the fast path is off by default (DetectorConfig.fast_windows): these tests turn it on
+    # fast_windows 1 whatever the default: these tests are about the path itself
     detector = Detector(DetectorConfig(**{"fast_windows": 1, **config}))  # type: ignore[arg-type]
     events: list[Event] = []
     count = len(straggler)
@@ -160,8 +160,15 @@ def test_the_first_window_after_a_job_wide_pause_is_not_judged_fast() -> None:
     assert [f.straggler.evidence["path"] for f in steady] == ["fast"]
 
 
-def test_the_fast_path_is_off_by_default() -> None:
-    """Shipped off (DetectorConfig.fast_windows = 0, docs/anomaly.md says why): a 30 % straggler is
-    then flagged by the strong path, two windows in."""
-    (flag,) = _run([1.3] * 10, fast_windows=0)
-    assert flag.straggler.evidence["path"] == "strong" and _windows_to_flag(flag) == 2
+def test_the_fast_path_is_on_by_default_where_samples_average_5_s_and_off_under() -> None:
+    """On by default where each sample averages dcgm-exporter's shipped 5 s (DetectorConfig.sample_average_s,
+    the service's --dcgm-interval); off under fast_min_sample_s (1-s samples over-read a step's waits:
+    docs/anomaly.md, "Sampling cadence"), where a 30 % straggler is flagged by the strong path, two
+    windows in; off with fast_windows 0 too."""
+    defaults = DetectorConfig()
+    assert defaults.fast_windows == 1 and defaults.sample_average_s == 5.0
+    (flag,) = _run([1.3] * 10, fast_windows=defaults.fast_windows)
+    assert flag.straggler.evidence["path"] == "fast" and _windows_to_flag(flag) == 1
+    for config in ({"sample_average_s": 1.0}, {"fast_windows": 0}):
+        (flag,) = _run([1.3] * 10, **config)
+        assert flag.straggler.evidence["path"] == "strong" and _windows_to_flag(flag) == 2, config

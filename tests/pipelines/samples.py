@@ -224,6 +224,21 @@ SAMPLES: list[Sample] = [
         },
         RANK_LOG,
     ),
+    Sample(  # ... and where its step went (docs/anomaly.md, "The job's own pace")
+        "application",
+        "[2026-11-21 10:01:30] fleetsight-train step=1201 replica=3 node=n0007 loss=2.412330 grad_norm=0.8123 "
+        "step_time_ms=2503.1 data_ms=24.0 compute_ms=2101.7 comm_ms=377.4",
+        {
+            "event.action": "training_progress",
+            "training.step": 1201,
+            "training.replica": 3,
+            "training.step_time_ms": 2503.1,
+            "training.data_ms": 24.0,
+            "training.compute_ms": 2101.7,
+            "training.comm_ms": 377.4,
+        },
+        RANK_LOG,
+    ),
     Sample(
         "application",
         "Epoch 3: step=1200 loss=inf step_time_ms=512.5",

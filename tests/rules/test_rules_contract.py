@@ -10,6 +10,8 @@ import yaml
 
 from fleetsight.dcgm import NEEDED_FIELDS, missing_field_promql, names_of
 from fleetsight.xid_catalog import CATALOG
+from health.policy import load as load_policy
+from health.sources import node_of
 from rules.ruleset import RUNBOOKS_DIR, Rule, alert_names, load_rules, recording_levels, source_metrics
 
 ISSUE_ALERTS = {
@@ -45,6 +47,7 @@ ISSUE_ALERTS = {
     "ComponentFailureForecast",  # issue 43: rules/precursors.yml, error trends that forecast a failure
     "TrainingSilentCorruptionSuspected",  # issue 43: rules/training.yml, a replica that disagrees (SDC)
     "MemoryScanOverdue",  # issue 43: rules/checks.yml, a node past its memory-scan (DCGM level 4) due date
+    "TrainingPaceStraggler",  # issue 42: rules/training.yml, a slow host or link named by the job's own pace
 }
 # Alerts about a whole cluster (or a central service), not one node: their description names the
 # cluster instead.
@@ -170,3 +173,19 @@ def test_no_rule_selects_the_dcgm_scrape_job() -> None:
     for rule in load_rules():
         if any(token.startswith("DCGM_") for token in re.findall(r"[A-Z_]+", rule.expr)):
             assert not re.search(r'\bjob\s*=~?\s*"', rule.expr), rule.name
+
+
+def test_training_alerts_never_drain_and_a_ring_wide_pace_straggler_touches_no_node() -> None:
+    """Issue 41's "blind is not broken" and issue 42: the training watch's alerts are statistical, so the
+    shipped health policy makes them `degraded` at most; a pace straggler with node="" (the whole ring,
+    rules/tests/training_test.yml: no node label on the alert) is tied to no node by the health service."""
+    policy = load_policy()
+    training = [r for r in load_rules() if r.is_alert and r.file.name == "training.yml"]
+    assert {r.name for r in training} >= {"TrainingSilentCorruptionSuspected", "TrainingPaceStraggler"}
+    for rule in training:
+        assert policy.effect(rule.name, rule.labels["severity"]) in {"degraded", "blind", "ignore"}, rule.name
+    pace = next(r for r in training if r.name == "TrainingPaceStraggler")
+    kept = re.search(r"max by \(([^)]*)\) \(fleetsight_job_pace_straggler\)", pace.expr)
+    assert kept and {x.strip() for x in kept.group(1).split(",")} == {"cluster", "hpc_job", "node", "cause"}
+    ring_wide = {"alertname": pace.name, "cluster": "c1", "hpc_job": "4202", "cause": "communication"}
+    assert node_of({**ring_wide, **pace.labels}) is None

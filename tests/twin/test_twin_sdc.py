@@ -18,7 +18,7 @@ from twin.sim import Simulation
 START = dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC)
 LINE = re.compile(
     r"^fleetsight-train step=(\d+) replica=(\d+) node=(n\d{4}) loss=([0-9.]+) grad_norm=([0-9.]+) "
-    r"step_time_ms=([0-9.]+)$"
+    r"step_time_ms=([0-9.]+)( data_ms=[0-9.]+ compute_ms=[0-9.]+ comm_ms=[0-9.]+)?$"
 )
 
 

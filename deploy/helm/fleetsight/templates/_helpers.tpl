@@ -351,6 +351,23 @@ container runs NVIDIA's dcgm-exporter image, read with `lookup` at install and u
 one GPU fight over DCGM's profiling module (one reads 0), so a found one is used, never doubled. JSON:
 {} when none, else namespace, name, matchLabels and port (its metrics container port's name, or number).
 `helm template` has no cluster to ask: nothing is found there. */}}
+{{/* How often a dcgm-exporter container collects (ms): DCGM_EXPORTER_INTERVAL in its env, else its
+`-c N` / `--collect-interval N` (or `=N`) argument, else dcgm-exporter's own default, 30000. A DCGM
+profiling sample averages its collection interval, so the straggler detector's 30 s window holds one
+value at the default: it wants 5000 (docs/anomaly.md, "Sampling cadence"). */}}
+{{- define "fleetsight.dcgmCollectIntervalMs" -}}
+{{- $ms := "" -}}
+{{- range .env | default list -}}{{- if eq .name "DCGM_EXPORTER_INTERVAL" -}}{{- $ms = toString .value -}}{{- end -}}{{- end -}}
+{{- if not $ms -}}
+{{- $args := concat (.command | default list) (.args | default list) -}}
+{{- range $i, $arg := $args -}}
+{{- if and (not $ms) (has $arg (list "-c" "--collect-interval" "-collect-interval")) (lt (add1 $i) (len $args)) -}}{{- $ms = toString (index $args (add1 $i)) -}}{{- end -}}
+{{- if and (not $ms) (regexMatch "^--?c(ollect-interval)?=[0-9]+$" (toString $arg)) -}}{{- $ms = regexReplaceAll "^.*=" (toString $arg) "" -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $ms | default "30000" -}}
+{{- end -}}
+
 {{- define "fleetsight.dcgmExporterFound" -}}
 {{- $found := dict -}}
 {{- if eq (toString .Values.dcgmExporter.enabled) "auto" -}}
@@ -361,7 +378,7 @@ one GPU fight over DCGM's profiling module (one reads 0), so a found one is used
 {{- if and (not $ours) (not $found.name) (contains "dcgm-exporter" (toString .image)) -}}
 {{- $port := "9400" -}}
 {{- with .ports -}}{{- $first := first . -}}{{- $port = $first.name | default (toString $first.containerPort) -}}{{- end -}}
-{{- $found = dict "namespace" $ds.metadata.namespace "name" $ds.metadata.name "matchLabels" $ds.spec.selector.matchLabels "port" $port -}}
+{{- $found = dict "namespace" $ds.metadata.namespace "name" $ds.metadata.name "matchLabels" $ds.spec.selector.matchLabels "port" $port "intervalMs" (include "fleetsight.dcgmCollectIntervalMs" .) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
