@@ -12,7 +12,7 @@ import click
 
 from .pace import PaceVerdict, detect
 from .pace_records import PaceInputError, from_documents, parse_lines
-from .sdc_cli import _login, _window, store_options
+from .sdc_cli import _login, _window, check_options
 from .sdc_source import LogStore, SourceError
 
 
@@ -39,18 +39,7 @@ def pace() -> None:
 
 
 @pace.command(short_help="Check jobs once and print their pace.")
-@store_options
-@click.option(
-    "--job", "jobs", multiple=True, help="Only this job (repeatable). Default: every job in the window."
-)
-@click.option(
-    "--file",
-    "files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Read these log files instead of the store (one job's rank logs).",
-)
-@click.option("--json", "as_json", is_flag=True, help="One JSON verdict per line.")
+@check_options
 @click.pass_context
 def check(ctx: click.Context, **options: object) -> None:
     """Check each job once: its status (ok, slow, straggler, unknown), slowdown, GPU-hours lost and the

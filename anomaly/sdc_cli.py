@@ -92,19 +92,32 @@ def sdc() -> None:
     """
 
 
+def check_options(command: click.Command) -> click.Command:
+    """A one-off check's options (sdc check, pace check): the store's, the jobs, log files instead, JSON."""
+    options = [
+        store_options,
+        click.option(
+            "--job",
+            "jobs",
+            multiple=True,
+            help="Only this job (repeatable). Default: every job in the window.",
+        ),
+        click.option(
+            "--file",
+            "files",
+            multiple=True,
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="Read these log files instead of the store (one job's rank logs).",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="One JSON verdict per line."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @sdc.command(short_help="Check jobs once and print the verdicts.")
-@store_options
-@click.option(
-    "--job", "jobs", multiple=True, help="Only this job (repeatable). Default: every job in the window."
-)
-@click.option(
-    "--file",
-    "files",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Read these log files instead of the store (one job's rank logs).",
-)
-@click.option("--json", "as_json", is_flag=True, help="One JSON verdict per line.")
+@check_options
 @click.pass_context
 def check(ctx: click.Context, **options: object) -> None:
     """Check each job once: flagged or not, at which step, why, and the suspect replica and node.
