@@ -187,6 +187,36 @@ def served(process: Process, ready_url: str) -> Iterator[Process]:
         yield process
 
 
+@contextlib.contextmanager
+def served_on_a_free_port(
+    name: str, command_on: Callable[[int], list[str]], log: Path, ready_path: str, attempts: int = 3
+) -> Iterator[str]:
+    """The server that ``command_on(port)`` starts, on a free loopback port, once ``ready_path`` answers;
+    its URL. A port free when picked can be taken before the server binds it (an outgoing connection's
+    ephemeral port: "address already in use" in CI, stop 54), so such a start is retried on a new port."""
+    for attempt in range(1, attempts + 1):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        process = Process(name, command_on(port), log)
+        with stopping(process):
+            if attempt < attempts and lost_the_port(process, f"{url}{ready_path}"):
+                continue
+            process.wait_ready(f"{url}{ready_path}")
+            yield url
+            return
+
+
+def lost_the_port(process: Process, ready_url: str) -> bool:
+    """Whether the process died at start because its port was taken (anything else: False)."""
+    try:
+        process.wait_ready(ready_url)
+    except pytest.fail.Exception:
+        if process.popen.poll() is not None and "address already in use" in process.log.read_text():
+            return True
+        raise
+    return False
+
+
 def installed(binary: str) -> str:
     """The path of a server binary that `fleetsight setup` installs; fails the test without it."""
     path = shutil.which(binary)
@@ -204,16 +234,17 @@ def alertmanager_server(
     binary = installed("prometheus-alertmanager")
     config = config or {"route": {"receiver": "null", "group_wait": "1s"}, "receivers": [{"name": "null"}]}
     (folder / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    command = [
-        binary,
-        f"--config.file={folder / 'alertmanager.yml'}",
-        f"--storage.path={folder / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with served(Process(name, command, folder / "alertmanager.log"), f"{url}/-/ready"):
+
+    def command_on(port: int) -> list[str]:
+        return [
+            binary,
+            f"--config.file={folder / 'alertmanager.yml'}",
+            f"--storage.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ]
+
+    with served_on_a_free_port(name, command_on, folder / "alertmanager.log", "/-/ready") as url:
         yield url
 
 
@@ -222,15 +253,21 @@ def prometheus_server(folder: Path, config: dict[str, Any], port: int | None = N
     """A real Prometheus (Debian's) with this configuration on port (default: a free one); its URL."""
     binary = installed("prometheus")
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = port or free_port()
-    command = [
-        binary,
-        f"--config.file={folder / 'prometheus.yml'}",
-        f"--storage.tsdb.path={folder / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with served(Process("prometheus", command, folder / "prometheus.log"), f"{url}/-/ready"):
+
+    def command_on(port: int) -> list[str]:
+        return [
+            binary,
+            f"--config.file={folder / 'prometheus.yml'}",
+            f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+
+    if port is not None:  # the caller's own port: no retry elsewhere
+        url = f"http://127.0.0.1:{port}"
+        with served(Process("prometheus", command_on(port), folder / "prometheus.log"), f"{url}/-/ready"):
+            yield url
+        return
+    with served_on_a_free_port("prometheus", command_on, folder / "prometheus.log", "/-/ready") as url:
         yield url
 
 
