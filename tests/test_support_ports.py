@@ -47,7 +47,10 @@ def test_a_server_that_dies_for_another_reason_fails_with_its_log(tmp_path: Path
         calls.append(port)
         return [binary, f"--config.file={tmp_path / 'missing.yml'}", f"--web.listen-address=127.0.0.1:{port}"]
 
-    with pytest.raises(pytest.fail.Exception, match="prometheus exited"):
-        with served_on_a_free_port("prometheus", command_on, tmp_path / "prometheus.log", "/-/ready"):
-            pass
+    log = tmp_path / "prometheus.log"
+    with (
+        pytest.raises(pytest.fail.Exception, match="prometheus exited"),
+        served_on_a_free_port("prometheus", command_on, log, "/-/ready"),
+    ):
+        pass
     assert len(calls) == 1, "a start that failed for another reason is not retried"
