@@ -5,15 +5,11 @@ sdc serve`, anomaly/sdc_watch.py); docs/anomaly.md, "The job's own pace"."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
 from .pace import PaceVerdict, detect
 from .pace_records import PaceInputError, from_documents, parse_lines
-from .sdc_cli import _login, _window, check_options
-from .sdc_source import LogStore, SourceError
+from .sdc_cli import check_options, run_check
 
 
 @click.group(
@@ -51,32 +47,14 @@ def check(ctx: click.Context, **options: object) -> None:
       fleetsight anomaly pace check --logs-url http://127.0.0.1:19200 --job 4101 --json
       fleetsight anomaly pace check --file rank-0.log --file rank-8.log --job 4101
     """
-    verdicts: list[PaceVerdict] = []
-    try:
-        if options["files"]:
-            lines = [line for path in options["files"] for line in Path(path).read_text().splitlines()]
-            verdicts.append(detect(parse_lines(lines), ",".join(options["jobs"]) or "file"))
-        else:
-            if not options["logs_url"]:
-                raise click.UsageError("give --logs-url (or FLEETSIGHT_LOGS_URL), or log files with --file")
-            store = LogStore(
-                str(options["logs_url"]),
-                _login(options["logs_user"], options["logs_password_file"]),
-                options["logs_ca_file"],
-            )
-            since = _window(str(options["since"]))
-            try:
-                for job in options["jobs"] or store.jobs(since):
-                    verdicts.append(detect(from_documents(store.sources(job, since)), job))
-            finally:
-                store.close()
-    except (PaceInputError, SourceError) as exc:
-        raise click.ClickException(str(exc)) from None
-    if not verdicts:
-        click.echo(f"no job logged training steps in the last {options['since']}", err=True)
-    for verdict in verdicts:
-        click.echo(json.dumps(verdict.as_dict()) if options["as_json"] else _line(verdict))
-    ctx.exit(1 if any(v.flagged for v in verdicts) else 0)
+    run_check(
+        ctx,
+        options,
+        from_lines=lambda lines, job: detect(parse_lines(lines), job),
+        from_store=lambda store, job, since: detect(from_documents(store.sources(job, since)), job),
+        input_error=PaceInputError,
+        line=_line,
+    )
 
 
 def _line(verdict: PaceVerdict) -> str:

@@ -9,7 +9,9 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -71,6 +73,53 @@ def store_options(command: click.Command) -> click.Command:
     return command
 
 
+class Verdict(Protocol):
+    flagged: bool
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+V = TypeVar("V", bound=Verdict)
+
+
+def run_check(
+    ctx: click.Context,
+    options: dict[str, Any],
+    from_lines: Callable[[list[str], str], V],
+    from_store: Callable[[LogStore, str, str], V],
+    input_error: type[Exception],
+    line: Callable[[V], str],
+) -> None:
+    """A one-off check (sdc check, pace check): a verdict per job from the log files or the store, printed
+    as a line or JSON; exit status 1 when one is flagged. Bad input is a clear error, not a trace."""
+    verdicts: list[V] = []
+    try:
+        if options["files"]:
+            lines = [text for path in options["files"] for text in Path(path).read_text().splitlines()]
+            verdicts.append(from_lines(lines, ",".join(options["jobs"]) or "file"))
+        else:
+            if not options["logs_url"]:
+                raise click.UsageError("give --logs-url (or FLEETSIGHT_LOGS_URL), or log files with --file")
+            store = LogStore(
+                str(options["logs_url"]),
+                _login(options["logs_user"], options["logs_password_file"]),
+                options["logs_ca_file"],
+            )
+            since = _window(str(options["since"]))
+            try:
+                for job in options["jobs"] or store.jobs(since):
+                    verdicts.append(from_store(store, job, since))
+            finally:
+                store.close()
+    except (input_error, SourceError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if not verdicts:
+        click.echo(f"no job logged training steps in the last {options['since']}", err=True)
+    for verdict in verdicts:
+        click.echo(json.dumps(verdict.as_dict()) if options["as_json"] else line(verdict))
+    ctx.exit(1 if any(v.flagged for v in verdicts) else 0)
+
+
 @click.group(
     name="sdc",
     short_help="Silent data corruption from the training logs.",
@@ -130,32 +179,14 @@ def check(ctx: click.Context, **options: object) -> None:
       FLEETSIGHT_LOGS_URL=http://127.0.0.1:19200 fleetsight anomaly sdc check --job 4101
       fleetsight anomaly sdc check --file rank-0.log --file rank-8.log --job 4101
     """
-    verdicts = []
-    try:
-        if options["files"]:
-            lines = [line for path in options["files"] for line in Path(path).read_text().splitlines()]
-            verdicts.append(detect(parse_lines(lines), ",".join(options["jobs"]) or "file"))
-        else:
-            if not options["logs_url"]:
-                raise click.UsageError("give --logs-url (or FLEETSIGHT_LOGS_URL), or log files with --file")
-            store = LogStore(
-                str(options["logs_url"]),
-                _login(options["logs_user"], options["logs_password_file"]),
-                options["logs_ca_file"],
-            )
-            since = _window(str(options["since"]))
-            try:
-                for job in options["jobs"] or store.jobs(since):
-                    verdicts.append(detect(store.records(job, since), job))
-            finally:
-                store.close()
-    except (SdcInputError, SourceError) as exc:
-        raise click.ClickException(str(exc)) from None
-    if not verdicts:
-        click.echo(f"no job logged training steps in the last {options['since']}", err=True)
-    for verdict in verdicts:
-        click.echo(json.dumps(verdict.as_dict()) if options["as_json"] else _line(verdict))
-    ctx.exit(1 if any(v.flagged for v in verdicts) else 0)
+    run_check(
+        ctx,
+        options,
+        from_lines=lambda lines, job: detect(parse_lines(lines), job),
+        from_store=lambda store, job, since: detect(store.records(job, since), job),
+        input_error=SdcInputError,
+        line=_line,
+    )
 
 
 def _line(verdict: object) -> str:

@@ -50,6 +50,10 @@ EXPECTED_BY_KIND: dict[str, tuple[str, ...]] = {
     # Silent corruption in training (issue 43): only the job's own logs show it; the check names the
     # replica's node where the job logs per-replica lines (`fleetsight anomaly sdc serve`).
     "sdc_training": ("TrainingSilentCorruptionSuspected",),
+    # Stragglers with no GPU signature (issue 42): only the job's own step split shows them, read from its
+    # training logs by the training watch (`fleetsight anomaly sdc serve`, rules/training.yml).
+    "slow_nic": ("TrainingPaceStraggler",),
+    "slow_host": ("TrainingPaceStraggler",),
 }
 
 

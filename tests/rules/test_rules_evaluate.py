@@ -16,6 +16,7 @@ from evaluation.replay import EvaluationError
 from fleetsight.dcgm import names_of
 from rules.ruleset import Rule
 from support import FLEETSIGHT, REPO_ROOT
+from twin.fault_kinds import PACE_KINDS
 from twin.truth import Fault
 
 
@@ -44,6 +45,12 @@ def test_the_scorer_reads_the_twins_truth_through_the_twins_reader(tmp_path: Pat
     ]
     assert expected_alerts(faults[1]) == ("GPUFellOffBus",)
     assert expected_alerts(faults[0]) == ()
+    # the pace stragglers (no GPU signature) are the training watch's alert's to catch
+    slow = [
+        truth_line(f"p{i}", kind, {"node": "n0004"}, 50.0, job="2001") for i, kind in enumerate(PACE_KINDS)
+    ]
+    truth.write_text("\n".join(json.dumps(line) for line in slow) + "\n")
+    assert {expected_alerts(f) for f in load_truth(truth)} == {("TrainingPaceStraggler",)}
     # a line without the keys the format promises is refused with its file and line
     truth.write_text(json.dumps({"id": "x", "kind": "xid", "onset_unix": 1.0, "end_unix": 2.0}) + "\n")
     with pytest.raises(EvaluationError, match=r"truth\.jsonl:1: missing keys"):
