@@ -10,7 +10,8 @@ What the stack's twin runs, set by `fleetsight up --scenario` (and for each clus
 ``FLEETSIGHT_TWIN_SCENARIO`` (a scenario file or a shipped scenario's name; default the demo) and
 ``FLEETSIGHT_SCHEDULER`` (``slurm`` or ``kubernetes``: how the cluster's jobs are known, from its
 scenario). ``FLEETSIGHT_SLACK_STAND_IN_URL`` sends the stack's alerts to another stack's Slack stand-in
-(every cluster of `up --clusters` posts to the global layer's one).
+(every cluster of `up --clusters` posts to the global layer's one). ``FLEETSIGHT_READY_PATIENCE``
+multiplies each component's time to get ready (1 to 10, default 1: for a busy machine).
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ SCHEDULERS = ("slurm", "kubernetes")
 TWIN_SCENARIO_ENV = "FLEETSIGHT_TWIN_SCENARIO"
 SCHEDULER_ENV = "FLEETSIGHT_SCHEDULER"
 SLACK_STAND_IN_ENV = "FLEETSIGHT_SLACK_STAND_IN_URL"
+READY_PATIENCE_ENV = "FLEETSIGHT_READY_PATIENCE"
+
+
+def _ready_patience() -> float:
+    value = os.environ.get(READY_PATIENCE_ENV, "1")
+    try:
+        patience = float(value)
+    except ValueError:
+        patience = 0.0
+    if not 1.0 <= patience <= 10.0:
+        raise ValueError(f"{READY_PATIENCE_ENV}={value!r}: a factor from 1 to 10 (1: each component's own)")
+    return patience
 
 
 def _env_path(name: str, default: Path) -> Path:
@@ -52,6 +65,10 @@ class Settings:
     twin_scenario: str = field(default_factory=lambda: os.environ.get(TWIN_SCENARIO_ENV, ""))
     """The twin's scenario (a path or a shipped name); empty: the demo."""
     scheduler: str = field(default_factory=lambda: os.environ.get(SCHEDULER_ENV) or SCHEDULERS[0])
+    ready_patience: float = field(default_factory=_ready_patience)
+    """Each component's time to get ready is multiplied by this (``FLEETSIGHT_READY_PATIENCE``): on a
+    loaded 2-core machine a Python service's imports alone took 58 s (9 s idle) while two stacks
+    started, and the anomaly service's 60 s ran out."""
 
     def __post_init__(self) -> None:
         if not CLUSTER_NAME.match(self.cluster):

@@ -127,7 +127,8 @@ class Supervisor:
 
     def wait_ready(self, component: Component) -> bool:
         process = self.processes[component.name]
-        deadline = time.monotonic() + component.ready_timeout_s
+        timeout_s = component.ready_timeout_s * self.settings.ready_patience
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self.stopping:
             if process.poll() is not None:
                 self.set(component.name, status="failed", detail=f"exited with code {process.returncode}")
@@ -140,8 +141,8 @@ class Supervisor:
             time.sleep(POLL_S)
         if self.stopping:
             return False
-        self.set(component.name, status="failed", detail=f"not ready after {component.ready_timeout_s:.0f}s")
-        log_event("not_ready", component=component.name, timeout_s=component.ready_timeout_s)
+        self.set(component.name, status="failed", detail=f"not ready after {timeout_s:.0f}s")
+        log_event("not_ready", component=component.name, timeout_s=timeout_s)
         self.stop_one(component.name)
         return False
 

@@ -11,6 +11,11 @@ from _pytest.nodeid import coerce_node_id
 
 from support import StackEnv, free_port_base
 
+# Every stack the tests start (and every `fleetsight` they run) gives each component twice its time to get
+# ready: two stacks starting at once on 2 cores made a Python service's imports take 58 s (9 s idle), and the
+# anomaly service's 60 s ran out (suite of 2026-11-29, fleetsight/settings.py).
+os.environ.setdefault("FLEETSIGHT_READY_PATIENCE", "2")
+
 
 @pytest.fixture
 def stack_env(tmp_path: Path) -> Iterator[StackEnv]:
