@@ -100,12 +100,12 @@ def run_check(
         else:
             if not options["logs_url"]:
                 raise click.UsageError("give --logs-url (or FLEETSIGHT_LOGS_URL), or log files with --file")
+            since = _window(str(options["since"]))  # before the store: a bad window leaves nothing open
             store = LogStore(
                 str(options["logs_url"]),
                 _login(options["logs_user"], options["logs_password_file"]),
                 options["logs_ca_file"],
             )
-            since = _window(str(options["since"]))
             try:
                 for job in options["jobs"] or store.jobs(since):
                     verdicts.append(from_store(store, job, since))

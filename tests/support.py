@@ -199,22 +199,19 @@ def served_on_a_free_port(
         url = f"http://127.0.0.1:{port}"
         process = Process(name, command_on(port), log)
         with stopping(process):
-            if attempt < attempts and lost_the_port(process, f"{url}{ready_path}"):
-                continue
-            process.wait_ready(f"{url}{ready_path}")
+            try:
+                process.wait_ready(f"{url}{ready_path}")
+            except pytest.fail.Exception:
+                if attempt < attempts and died_of_a_taken_port(process):
+                    continue
+                raise
             yield url
             return
 
 
-def lost_the_port(process: Process, ready_url: str) -> bool:
-    """Whether the process died at start because its port was taken (anything else: False)."""
-    try:
-        process.wait_ready(ready_url)
-    except pytest.fail.Exception:
-        if process.popen.poll() is not None and "address already in use" in process.log.read_text():
-            return True
-        raise
-    return False
+def died_of_a_taken_port(process: Process) -> bool:
+    """Whether the process died at start because its port was taken."""
+    return process.popen.poll() is not None and "address already in use" in process.log.read_text()
 
 
 def installed(binary: str) -> str:
