@@ -48,10 +48,13 @@ ISSUE_ALERTS = {
     "TrainingSilentCorruptionSuspected",  # issue 43: rules/training.yml, a replica that disagrees (SDC)
     "MemoryScanOverdue",  # issue 43: rules/checks.yml, a node past its memory-scan (DCGM level 4) due date
     "TrainingPaceStraggler",  # issue 42: rules/training.yml, a slow host or link named by the job's own pace
+    "TrainingUpdatesAnomalous",  # issue 43: rules/training.yml, a job's updates drift with no replica named
 }
 # Alerts about a whole cluster (or a central service), not one node: their description names the
 # cluster instead.
 CLUSTER_ALERTS = {"LustreOSTSlow", "DCGMFieldsMissing", "HealthEventLag", "FleetClusterMissing"}
+# Alerts about a whole training job that no node can be blamed for: their description names the job.
+JOB_ALERTS = {"TrainingUpdatesAnomalous"}
 RUNBOOK_SECTIONS = (
     "## What it means",
     "## Impact on running jobs",
@@ -71,9 +74,12 @@ def test_every_alert_has_severity_team_summary_description_and_runbook() -> None
         assert rule.labels.get("severity") in {"critical", "warning", "info"}, rule.name
         assert rule.labels.get("team") in {"sre", "researcher", "facilities"}, rule.name
         assert rule.annotations.get("summary"), rule.name
-        assert "$labels.node" in rule.annotations.get("description", "") or rule.name in CLUSTER_ALERTS, (
-            rule.name
-        )
+        description = rule.annotations.get("description", "")
+        assert (
+            "$labels.node" in description
+            or rule.name in CLUSTER_ALERTS
+            or (rule.name in JOB_ALERTS and "$labels.hpc_job" in description)
+        ), rule.name
         assert rule.annotations.get("runbook_url") == f"docs/runbooks/{rule.name}.md", rule.name
 
 
@@ -175,7 +181,7 @@ def test_no_rule_selects_the_dcgm_scrape_job() -> None:
             assert not re.search(r'\bjob\s*=~?\s*"', rule.expr), rule.name
 
 
-def test_training_alerts_never_drain_and_a_ring_wide_pace_straggler_touches_no_node() -> None:
+def test_training_alerts_never_drain_and_the_ring_wide_and_job_wide_ones_touch_no_node() -> None:
     """Issue 41's "blind is not broken" and issue 42: the training watch's alerts are statistical, so the
     shipped health policy makes them `degraded` at most; a pace straggler with node="" (the whole ring,
     rules/tests/training_test.yml: no node label on the alert) is tied to no node by the health service."""
@@ -189,3 +195,8 @@ def test_training_alerts_never_drain_and_a_ring_wide_pace_straggler_touches_no_n
     assert kept and {x.strip() for x in kept.group(1).split(",")} == {"cluster", "hpc_job", "node", "cause"}
     ring_wide = {"alertname": pace.name, "cluster": "c1", "hpc_job": "4202", "cause": "communication"}
     assert node_of({**ring_wide, **pace.labels}) is None
+    job_wide = next(r for r in training if r.name == "TrainingUpdatesAnomalous")
+    assert "node" not in job_wide.expr.split("unless")[0], "the job-wide alert must keep no node label"
+    assert (
+        node_of({"alertname": job_wide.name, "cluster": "c1", "hpc_job": "4301", **job_wide.labels}) is None
+    )
