@@ -23,7 +23,16 @@ from .sdc_records import from_documents
 LOG_INDEX = "fleetsight-logs-*"
 ACTIONS = ("training_progress", "loss_nonfinite")
 PAGE = 5000
-FIELDS = ["@timestamp", "fleetsight.hpc_job", "host.name", "training.*"]
+FIELDS = ["@timestamp", "event.ingested", "fleetsight.hpc_job", "host.name", "training.*"]
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def window_seconds(since: str) -> float:
+    """Seconds of a window written as the store's date math writes it (6h, 90m, 2d)."""
+    try:
+        return float(int(since[:-1]) * UNIT_SECONDS[since[-1]])
+    except (KeyError, ValueError, IndexError) as exc:
+        raise ValueError(f"{since!r}: a number and a unit s, m, h or d (6h, 90m, 2d)") from exc
 
 
 class SourceError(RuntimeError):
@@ -70,7 +79,9 @@ class LogStore:
             ) from exc
 
     @staticmethod
-    def _filters(since: str, job: str | None = None) -> list[dict[str, Any]]:
+    def _filters(
+        since: str, job: str | None = None, ingested_after: float | None = None
+    ) -> list[dict[str, Any]]:
         filters: list[dict[str, Any]] = [
             {"range": {"@timestamp": {"gte": f"now-{since}"}}},
             {"terms": {"event.action": list(ACTIONS)}},
@@ -78,6 +89,9 @@ class LogStore:
         ]
         if job is not None:
             filters.append({"term": {"fleetsight.hpc_job": job}})
+        if ingested_after is not None:  # unix seconds; the store's dates in epoch_millis
+            millis = int(ingested_after * 1000)
+            filters.append({"range": {"event.ingested": {"gte": millis, "format": "epoch_millis"}}})
         return filters
 
     def jobs(self, since: str = "6h", limit: int = 1000) -> list[str]:
@@ -105,22 +119,30 @@ class LogStore:
     def sources(self, job: str, since: str = "6h") -> list[dict[str, Any]]:
         """A job's training documents in the window (``_source``), in step order, paged with
         search_after: what both the silent-corruption and the pace checks read."""
-        sources: list[dict[str, Any]] = []
+        return [source for _, source in self.documents(job, since)]
+
+    def documents(
+        self, job: str, since: str = "6h", ingested_after: float | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """(``_id``, ``_source``) of a job's training documents in the window, in step order; with
+        ``ingested_after`` (unix seconds) only those indexed since then (``event.ingested``, which the
+        ingest pipelines set): the training watch's later reads (anomaly/sdc_window.py)."""
+        found: list[tuple[str, dict[str, Any]]] = []
         after: list[Any] | None = None
-        while len(sources) < self.max_records:
+        while len(found) < self.max_records:
             body: dict[str, Any] = {
                 "size": PAGE,
                 "_source": FIELDS,
-                "query": {"bool": {"filter": self._filters(since, job)}},
+                "query": {"bool": {"filter": self._filters(since, job, ingested_after)}},
                 "sort": [{"training.step": "asc"}, {"@timestamp": "asc"}, {"host.name": "asc"}],
             }
             if after is not None:
                 body["search_after"] = after
             hits = self._search(body).get("hits", {}).get("hits", [])
-            sources += [hit.get("_source", {}) for hit in hits]
+            found += [(str(hit.get("_id", "")), hit.get("_source", {})) for hit in hits]
             if len(hits) < PAGE:
                 break
             after = hits[-1].get("sort")
             if after is None:
                 raise SourceError("log store answered a page without sort values: cannot page on")
-        return sources
+        return found

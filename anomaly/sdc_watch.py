@@ -9,8 +9,9 @@ pace (anomaly/pace.py); /metrics publishes both.
   no GPU signal shows (cause ``host`` or ``communication``).
 
 Each cycle checks the window afresh: a flag lasts while the steps that raised it are in the window. The
-GPU-hours lost are the one thing kept across cycles (a counter: steps that leave the window keep what
-they cost).
+documents are kept between cycles (anomaly/sdc_window.py): a cycle reads from the store only what was
+indexed since the last one. The GPU-hours lost are kept too (a counter: steps that leave the window keep
+what they cost).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .pace_records import PaceInputError
 from .pace_records import from_documents as pace_documents
 from .sdc import Config, SdcInputError, Verdict, detect
 from .sdc_source import LogStore, SourceError
+from .sdc_window import WindowReader
 
 log = logging.getLogger("anomaly.sdc")
 
@@ -51,14 +53,20 @@ class SdcWatch:
     errors: int = 0
     last_cycle: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    reader: WindowReader = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reader = WindowReader(self.store, self.since)
 
     def cycle(self) -> list[Verdict]:
         """Check every job with steps in the window; a job whose records are unreadable is skipped (and
         logged), a store that cannot be read fails the cycle and keeps the last verdicts."""
         try:
             verdicts, paces = [], []
-            for job in self.store.jobs(self.since):
-                sources = self.store.sources(job, self.since)
+            jobs = self.store.jobs(self.since)
+            self.reader.keep_only(jobs)
+            for job in jobs:
+                sources = self.reader.read(job)
                 try:
                     verdicts.append(detect(self.store.to_records(job, sources), job, self.config))
                 except (SdcInputError, SourceError) as exc:
@@ -107,6 +115,7 @@ class SdcCollector(Collector):
         with w.lock:
             verdicts, up, cycles, errors, last = list(w.verdicts), w.up, w.cycles, w.errors, w.last_cycle
             paces = list(w.paces)
+            reads = dict(w.reader.documents_read)
             lost = {job: w.lost_before.get(job, 0.0) + sum(hours.values()) for job, hours in w.lost.items()}
         yield from _pace_families(paces, lost)
         suspect = GaugeMetricFamily(
@@ -135,6 +144,15 @@ class SdcCollector(Collector):
             "fleetsight_training_sdc_source_up", "1 when the last cycle read the log store.", value=float(up)
         )
         yield CounterMetricFamily("fleetsight_training_sdc_cycles", "Cycles completed.", value=cycles)
+        read = CounterMetricFamily(
+            "fleetsight_training_sdc_documents_read",
+            "Training documents the log store sent, by kind of read: whole (a job's whole window) or "
+            "partial (only what was indexed since the last cycle).",
+            labels=["read"],
+        )
+        read.add_metric(["whole"], float(reads["whole"]))
+        read.add_metric(["partial"], float(reads["partial"]))
+        yield read
         yield CounterMetricFamily(
             "fleetsight_training_sdc_cycle_errors",
             "Cycles failed: the log store could not be read.",

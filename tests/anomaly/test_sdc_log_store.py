@@ -24,6 +24,7 @@ from anomaly.sdc import detect
 from anomaly.sdc_records import parse_line
 from anomaly.sdc_source import LogStore, SourceError
 from anomaly.sdc_watch import SdcCollector, SdcWatch
+from anomaly.sdc_window import INGESTED_MARGIN_S
 from fleetsight.settings import REPO_ROOT
 from support import StackEnv, free_port_base
 from twin.scenario import from_dict
@@ -161,3 +162,95 @@ def test_an_unreachable_store_is_a_clear_error() -> None:
     with pytest.raises(SourceError, match="log store unreachable"):
         source.jobs()
     source.close()
+
+
+def training_document(job: str, step: int, at: dt.datetime, ingested: dt.datetime) -> dict[str, Any]:
+    """A job-wide progress line as the ingest pipeline indexes it, with the moment it was indexed."""
+    return {
+        "@timestamp": at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "host": {"name": "n0009"},
+        "event": {
+            "action": "training_progress",
+            "dataset": "fleetsight.application",
+            "ingested": ingested.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        },
+        "fleetsight": {"hpc_job": job, "rank": 0, "log_class": "application"},
+        "training": {"step": step, "loss": 3.0 - step / 1000, "loss_finite": True, "grad_norm": 1.0},
+    }
+
+
+def bulk(url: str, documents: list[dict[str, Any]], now: dt.datetime) -> None:
+    index = f"fleetsight-logs-application-{now:%Y.%m.%d}"
+    body = "".join(f"{json.dumps({'index': {'_index': index}})}\n{json.dumps(doc)}\n" for doc in documents)
+    response = httpx.post(
+        f"{url}/_bulk", params={"refresh": "true"}, content=body,
+        headers={"content-type": "application/x-ndjson"}, timeout=60,
+    )  # fmt: skip
+    assert response.is_success and not response.json()["errors"], response.text[:2000]
+
+
+def read_counts(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        kind: registry.get_sample_value("fleetsight_training_sdc_documents_read_total", {"read": kind}) or 0.0
+        for kind in ("whole", "partial")
+    }
+
+
+def test_later_cycles_read_only_what_was_indexed_since_and_see_what_a_whole_read_sees(
+    store: tuple[str, dict[str, Any]],
+) -> None:
+    """The watch keeps each job's documents (anomaly/sdc_window.py): a second cycle asks the store only for
+    documents indexed since the first (event.ingested), late lines and a line delivered twice included,
+    and the job's documents are then exactly those a whole read returns, in the same order. Runs last in
+    this module: it adds job 7103."""
+    url, _ = store
+    now = dt.datetime.now(dt.UTC)
+    # The first 60 steps were indexed one every 5 s, ending 10 minutes ago.
+    first_indexed = now - dt.timedelta(minutes=10)
+    first = [
+        training_document(
+            "7103",
+            step,
+            now - dt.timedelta(seconds=300 - step),
+            first_indexed - dt.timedelta(seconds=5 * (60 - step)),
+        )
+        for step in range(1, 61)
+    ]
+    bulk(url, first, now)
+    watch = SdcWatch(LogStore(url), since="2h")
+    registry = CollectorRegistry()
+    registry.register(SdcCollector(watch))
+    try:
+        watch.cycle()
+        whole_after_first = read_counts(registry)["whole"]
+        assert whole_after_first >= 60 and read_counts(registry)["partial"] == 0
+        # New steps, a late line (its own time before the newest step already read) and step 30 again
+        # (a shipper's retry: another document), all indexed now.
+        later = [
+            training_document("7103", step, now - dt.timedelta(seconds=300 - step), now) for step in (61, 62)
+        ]
+        late = training_document("7103", 63, now - dt.timedelta(seconds=290), now)
+        again = training_document("7103", 30, now - dt.timedelta(seconds=270), now)
+        bulk(url, [*later, late, again], now)
+        watch.cycle()
+        counts = read_counts(registry)
+        kept = [
+            (d["training"]["step"], d["@timestamp"]) for d in watch.reader.read("7103", now.timestamp() + 1)
+        ]
+        whole = LogStore(url)
+        try:
+            expected = [(d["training"]["step"], d["@timestamp"]) for d in whole.sources("7103", "2h")]
+        finally:
+            whole.close()
+    finally:
+        watch.store.close()
+    # The jobs without event.ingested (7101, 7102: indexed outside the pipelines) are read whole each
+    # cycle; 7103's second read brought its 4 new documents and those indexed within the margin before
+    # the newest it had (the index refresh and the ingest nodes' clocks): 25 of the first 60.
+    margin_start = first_indexed - dt.timedelta(seconds=INGESTED_MARGIN_S)
+    again_read = sum(
+        1 for d in first if d["event"]["ingested"] >= margin_start.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    )
+    assert again_read == 25 and counts["partial"] == 4 + again_read, counts
+    assert len(expected) == 64 and kept == expected
+    assert watch.reader.jobs["7103"].newest_ingested == pytest.approx(now.timestamp(), abs=0.01)
