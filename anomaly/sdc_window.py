@@ -8,8 +8,9 @@ the window (``@timestamp`` older than the window's start). A line that arrives l
 Logstash outage) carries a late ``event.ingested`` whatever its own time, so it is read when it comes; the
 margin covers the index refresh and the ingest nodes' clocks. A job with a document that lacks
 ``event.ingested`` (indexed outside the pipelines) is read whole every cycle, as is every job each
-``full_every`` cycles, which bounds what any surprise could hide. The result is what a whole read returns:
-the same documents in the store's order (step, time, host).
+``full_every`` cycles, which bounds what any surprise could hide; and a job whose documents would take the
+kept total past ``max_kept`` is not kept (read whole each cycle: memory stays bounded). The result is
+what a whole read returns: the same documents in the store's order (step, time, host).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from .sdc_source import LogStore, window_seconds
 
 INGESTED_MARGIN_S = 120.0
 FULL_EVERY = 12  # cycles: a whole read of every job each hour at the watch's 5-minute interval
+# Documents kept between cycles, all jobs together (~1-1.5 KB of memory each as parsed JSON): a job whose
+# window would pass the bound is read whole each cycle and not kept, as before this module.
+MAX_KEPT = 1_000_000
 
 
 @dataclass
@@ -39,6 +43,7 @@ class WindowReader:
     since: str = "6h"
     margin_s: float = INGESTED_MARGIN_S
     full_every: int = FULL_EVERY
+    max_kept: int = MAX_KEPT
     jobs: dict[str, JobWindow] = field(default_factory=dict)
     # Documents the store sent, all jobs and cycles, by kind of read (a job's whole window, or only
     # what was indexed since the last read).
@@ -58,7 +63,11 @@ class WindowReader:
         self.documents_read[kind] += len(fresh)
         documents.update(fresh)
         documents = in_window(documents, now - window_seconds(self.since))
-        self.jobs[job] = JobWindow(documents, newest_ingested(documents.values()), reads)
+        others = sum(len(w.documents) for name, w in self.jobs.items() if name != job)
+        if others + len(documents) <= self.max_kept:
+            self.jobs[job] = JobWindow(documents, newest_ingested(documents.values()), reads)
+        else:
+            self.jobs.pop(job, None)
         return in_store_order(documents.values())
 
     def keep_only(self, jobs: Iterable[str]) -> None:

@@ -24,7 +24,7 @@ from anomaly.sdc import detect
 from anomaly.sdc_records import parse_line
 from anomaly.sdc_source import LogStore, SourceError
 from anomaly.sdc_watch import SdcCollector, SdcWatch
-from anomaly.sdc_window import INGESTED_MARGIN_S
+from anomaly.sdc_window import INGESTED_MARGIN_S, WindowReader
 from fleetsight.settings import REPO_ROOT
 from support import StackEnv, free_port_base
 from twin.scenario import from_dict
@@ -242,6 +242,13 @@ def test_later_cycles_read_only_what_was_indexed_since_and_see_what_a_whole_read
             expected = [(d["training"]["step"], d["@timestamp"]) for d in whole.sources("7103", "2h")]
         finally:
             whole.close()
+        # Past the bound on what is kept, a job is read whole each cycle and not kept.
+        bounded = WindowReader(LogStore(url), since="2h", max_kept=10)
+        try:
+            assert len(bounded.read("7103")) == len(bounded.read("7103")) == 64
+            assert "7103" not in bounded.jobs and bounded.documents_read == {"whole": 128, "partial": 0}
+        finally:
+            bounded.store.close()
     finally:
         watch.store.close()
     # The jobs without event.ingested (7101, 7102: indexed outside the pipelines) are read whole each
