@@ -19,6 +19,7 @@ import pytest
 from anomaly_helpers import start_prometheus, stop
 from prometheus_client.parser import text_string_to_metric_families
 
+from anomaly.state import DetectorConfig
 from chatbot.answer import Answerer, ChatConfig
 from chatbot.evaluate import citation_valid
 from chatbot.live import LiveSources
@@ -129,7 +130,14 @@ def test_power_brake_flagged_live_and_in_prometheus(tmp_path: Path, processes: l
     stragglers = wait_until(flagged, timeout=240, interval=1.0, what="the power-braked node to be flagged")
     assert [(s["hpc_job"], s["node"], s["cause"]) for s in stragglers] == [("2001", "n0002", "power_brake")]
     evidence = stragglers[0]["evidence"]
-    assert evidence["power_brake_share"] >= 0.5
+    # The cause rule (anomaly/cause.py): the brake bit in half the window's samples, or in some of them
+    # with the GPU's clock lowered against its peers'. A flag raised in the window where the brake began
+    # (the service's cycle and the twin's clock do not line up, more so under load) has the second.
+    cfg = DetectorConfig()
+    share, clock, peers = (
+        evidence[k] for k in ("power_brake_share", "sm_clock_mhz", "sm_clock_mhz_peers_median")
+    )
+    assert share >= cfg.hardware_share or (share > 0 and clock < (1 - cfg.clock_drop) * peers), evidence
     assert evidence["tensor_active"] > evidence["tensor_active_peers_median"]
     assert evidence["power_w"] < evidence["power_w_peers_median"]
     # Quoted, never scored: read for the flag's nodes when the window was the recorded one.
