@@ -24,15 +24,6 @@ LOG_INDEX = "fleetsight-logs-*"
 ACTIONS = ("training_progress", "loss_nonfinite")
 PAGE = 5000
 FIELDS = ["@timestamp", "event.ingested", "fleetsight.hpc_job", "host.name", "training.*"]
-UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def window_seconds(since: str) -> float:
-    """Seconds of a window written as the store's date math writes it (6h, 90m, 2d)."""
-    try:
-        return float(int(since[:-1]) * UNIT_SECONDS[since[-1]])
-    except (KeyError, ValueError, IndexError) as exc:
-        raise ValueError(f"{since!r}: a number and a unit s, m, h or d (6h, 90m, 2d)") from exc
 
 
 class SourceError(RuntimeError):

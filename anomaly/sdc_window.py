@@ -15,13 +15,14 @@ what a whole read returns: the same documents in the store's order (step, time, 
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .sdc_source import LogStore, window_seconds
+from fleetsight.durations import instant, seconds
+
+from .sdc_source import LogStore
 
 INGESTED_MARGIN_S = 120.0
 FULL_EVERY = 12  # cycles: a whole read of every job each hour at the watch's 5-minute interval
@@ -62,7 +63,7 @@ class WindowReader:
             documents, reads, kind = {}, 0, "whole"
         self.documents_read[kind] += len(fresh)
         documents.update(fresh)
-        documents = in_window(documents, now - window_seconds(self.since))
+        documents = in_window(documents, now - seconds(self.since))
         others = sum(len(w.documents) for name, w in self.jobs.items() if name != job)
         if others + len(documents) <= self.max_kept:
             self.jobs[job] = JobWindow(documents, newest_ingested(documents.values()), reads)
@@ -83,10 +84,9 @@ def unix(value: Any) -> float | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        moment = dt.datetime.fromisoformat(value)
+        return instant(value).timestamp()
     except ValueError:
         return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def number(value: Any) -> float:

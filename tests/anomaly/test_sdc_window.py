@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from anomaly.sdc_source import window_seconds
 from anomaly.sdc_window import in_store_order, in_window, newest_ingested, unix
 
 
@@ -54,16 +53,3 @@ def test_the_store_order_is_step_then_time_then_host_with_unreadable_steps_last(
     ]
     assert order == [(1, "03", "n1"), (1, "05", "n1"), (2, "00", "n1"), (2, "00", "n2"), ("10", "09", "n1"),
                      (None, "00", "n1")]  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    "since, seconds", [("6h", 21600.0), ("90m", 5400.0), ("2d", 172800.0), ("30s", 30.0)]
-)
-def test_window_seconds_reads_the_watchs_windows(since: str, seconds: float) -> None:
-    assert window_seconds(since) == seconds
-
-
-@pytest.mark.parametrize("since", ["", "h", "6", "6w", "six hours"])
-def test_a_window_it_cannot_read_is_refused_by_name(since: str) -> None:
-    with pytest.raises(ValueError, match="a number and a unit"):
-        window_seconds(since)
