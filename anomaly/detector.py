@@ -257,6 +257,8 @@ class Detector:
             if node_state.flag is None:
                 if is_candidate:  # evidence only for candidates: comparing with peers costs O(job)
                     peers = float(wait[pos]) if wait is not None else None
+                    if peers is None and slow_hit and state.slow_wait is not None:
+                        peers = float(state.slow_wait[pos])  # the slow path's median wait
                     args = (pos, gpu, node_z, strong, warm, peers)
                     self._maybe_flag(candidate, window, node_state, *args, events)
             elif node_state.quiet_run >= cfg.clear_after:

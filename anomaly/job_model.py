@@ -40,6 +40,7 @@ def new_job_state(cfg: DetectorConfig, names: list[str], gpus: int) -> JobState:
         own=np.full(shape, np.nan),
         recent_resid=deque(maxlen=max(cfg.slow_windows, cfg.long_windows)),
         steps=deque(maxlen=cfg.step_before + cfg.step_after),
+        waits=deque(maxlen=cfg.slow_windows),
         rises=deque(maxlen=cfg.noise_windows),
         noise=deque(maxlen=cfg.noise_windows),
         drift=deque(maxlen=cfg.noise_windows),

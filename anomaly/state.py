@@ -47,6 +47,15 @@ class DetectorConfig:
     long_windows: int = 16
     long_min_effect: float = 0.05
     long_k: int = 2
+    # The slow path in jobs of fast_min_nodes nodes or more: the node's peers must wait for it, the
+    # median over the slow path's windows of their activity below their own usual level (peers_wait)
+    # above slow_wait. Physics: every peer of a straggler waits at each step; a node that is busier
+    # than its peers while they are as busy as usual, or busier, paces nobody (gen_3025's 21-node
+    # mixture-of-experts job, 13 minutes in: one node +9 % by routing for 4 minutes while its peers
+    # sat 2-3 % *above* their usual level, flagged before the job's drift gauge had learnt that it
+    # wanders). A median, because the window where a checkpoint starts idles some peers at once.
+    # Where no peer has a usual level yet, nothing says they wait: no slow-path flag. None: off.
+    slow_wait: float | None = 0.0
     short_windows: int = 4  # the slow path's short average: decides when significantly (z_threshold)
     # above slow_min_effect, so that a 15-20 % straggler in a noisy job is not left to the 8-window mean
     clear_after: int = 3  # counted windows without a candidate before a flag clears
@@ -221,6 +230,10 @@ class JobState:
     # windows included (the step path of small jobs) ...
     rises: deque[np.ndarray]  # ... and the rises it measured lately: their spread is its noise
     slow_mean: np.ndarray | None = None  # their mean, per GPU
+    # Per node, the last counted windows' peers' wait (NaN in disturbed windows) and its median over
+    # the slow path's windows (the slow path's evidence that the peers wait for the node)
+    waits: deque[np.ndarray] = field(default_factory=deque)
+    slow_wait: np.ndarray | None = None
     level: float = math.nan  # the busiest node's usual tensor activity
     windows: int = 0  # counted windows so far (the first ``min_history`` are the job's warm-up)
     spread: float = math.nan  # the job's usual cross-sectional spread of residuals (calm windows)

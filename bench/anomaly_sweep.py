@@ -1,12 +1,13 @@
 """The straggler detector's evaluation (`fleetsight evaluate anomaly`) for several DetectorConfig variants at
 once, one scenario per process: what a setting changes on every scenario set, in one run on one machine.
 
-Each variant is a name and DetectorConfig overrides (`sw5:slow_windows=5`; `base` alone is the shipped
-configuration). The sets are the scenario files of evaluation/scenarios/anomaly/: `hand` (the hand-written
-ones), `gen` (drawn by bench/anomaly_scenarios.py, held out: never looked at while tuning), `p5` (5 %
-stragglers), `day` (24 h of benign training, no fault: every flag is false). Only the detector runs (no
-baselines). Per variant and set it prints precision, recall within 15 minutes, false flags and each band's
-median / p95 latency; `--json` keeps the whole report, wrong flags and misses included.
+Each variant is a name and DetectorConfig overrides (`sw5:slow_windows=5`; `none` leaves an optional rule
+out: `off:slow_wait=none`; `base` alone is the shipped configuration). The sets are the scenario files of
+evaluation/scenarios/anomaly/: `hand` (the hand-written ones), `gen` (drawn by bench/anomaly_scenarios.py,
+held out: never looked at while tuning), `p5` (5 % stragglers), `day` (24 h of benign training, no fault:
+every flag is false). Only the detector runs (no baselines). Per variant and set it prints precision, recall
+within 15 minutes, false flags and each band's median / p95 latency; `--json` keeps the whole report, wrong
+flags and misses included.
 
 Decide what you will pick before you look (say which set chooses and which set confirms): a setting that
 helps only the set it was chosen on is tuned to it. The 24-hour day is the longest run (under 2 minutes
@@ -68,6 +69,9 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
             raise argparse.ArgumentTypeError(
                 f"{key!r} is not a DetectorConfig field; fields: {', '.join(sorted(fields))}"
             )
+        if value.lower() == "none" and "None" in str(fields[key].type):
+            overrides[key] = None  # an optional setting left out (`slow_wait=none`)
+            continue
         kind = type(getattr(DetectorConfig(), key))
         try:
             overrides[key] = kind(value)

@@ -2,7 +2,8 @@
 30 % slower than its peers, which wait for it, is flagged in the first window that shows it and says so
 (``path: fast``); a 10 % one is left to the slower paths; a job-wide slowdown, a node whose own samples
 jump for one window while its peers carry on, and (with the fast path asking for two windows) a
-one-window slowdown raise nothing.
+one-window slowdown raise nothing. The slow path asks the same of its peers over its windows: a node
+busier than peers who do not wait for it (busier than their usual themselves) is not flagged.
 
 The windows follow a synchronous job's physics: a step is compute plus waiting; a node that computes
 x f longer keeps its tensor pipes busy for its whole step, while every peer finishes early and waits,
@@ -30,17 +31,20 @@ def _window(
     blip: float = 1.0,
     idle: np.ndarray | None = None,
     blip_row: int = SLOW,
+    noise: float = 0.01,
+    lift: float = 1.0,
 ) -> Window:
     """One 30 s window of job "42": node n computes ``factors[n]`` times its usual time per step (the
     step lasts as long as the slowest node's compute plus the collective; waiting peers spin in NCCL,
     GPU utilisation 100 %); ``blip`` multiplies row ``blip_row``'s samples alone (its sampler landing in
-    another phase: no one waits); ``idle[n]``: the share of node n's samples taken idle (a checkpoint)."""
+    another phase: no one waits); ``idle[n]``: the share of node n's samples taken idle (a checkpoint);
+    ``noise``: each GPU's relative noise; ``lift`` multiplies every node's activity (the job got busier)."""
     window = Window.empty(T0 + 30.0 * i, NODES, GPUS)
     shape = (len(NODES), GPUS)
     step = COMPUTE * factors.max() + (1.0 - COMPUTE)
     running = 1.0 - (idle if idle is not None else np.zeros(len(NODES)))
     busy = COMPUTE * factors / step * running
-    tensor = busy[:, None] * (1.0 + rng.normal(0.0, 0.01, shape)) + 0.005
+    tensor = lift * busy[:, None] * (1.0 + rng.normal(0.0, noise, shape)) + 0.005
     tensor[blip_row] *= blip
     window.tensor = tensor
     window.power = 100.0 + 850.0 * tensor + rng.normal(0.0, 3.0, shape)
@@ -57,11 +61,13 @@ def _run(
     blips: list[float] | None = None,
     idle: dict[int, np.ndarray] | None = None,
     blip_row: int = SLOW,
-    **config: float,
+    noise: float = 0.01,
+    lift: float = 1.0,
+    **config: float | None,
 ) -> list[Event]:
     """CALM windows, then one per entry of ``straggler`` (the slow node's factor; ``job_wide``: every
     node's; ``blips``: the slow row's own jump; ``idle``: the nodes' idle shares, by window from the
-    first of these); the detector's flag events."""
+    first of these; ``noise``, ``lift``: as for every window from the first); the detector's flag events."""
     rng = np.random.default_rng(11)
     # fast_windows 1 whatever the default: these tests are about the path itself
     detector = Detector(DetectorConfig(**{"fast_windows": 1, **config}))  # type: ignore[arg-type]
@@ -75,7 +81,9 @@ def _run(
         factors = np.full(len(NODES), everyone)
         factors[SLOW] *= slow
         shares = (idle or {}).get(i - CALM)
-        events += detector.step(_window(i, rng, factors, jump, shares, blip_row)).events
+        late = i >= CALM
+        window = _window(i, rng, factors, jump, shares, blip_row, noise, lift if late else 1.0)
+        events += detector.step(window).events
     return [e for e in events if e.kind == "flag"]
 
 
@@ -172,3 +180,22 @@ def test_the_fast_path_is_on_by_default_where_samples_average_5_s_and_off_under(
     for config in ({"sample_average_s": 1.0}, {"fast_windows": 0}):
         (flag,) = _run([1.3] * 10, **config)
         assert flag.straggler.evidence["path"] == "strong" and _windows_to_flag(flag) == 2, config
+
+
+def test_the_slow_path_flags_a_mild_straggler_its_peers_wait_for() -> None:
+    """A 9 % straggler in a noisy job (each GPU's samples 5 % apart: no single window says so) is the slow
+    path's, and its peers wait for it: the flag carries the median of their wait over its windows."""
+    flags = _run([1.094] * 30, noise=0.05)
+    assert [(f.straggler.node, f.straggler.evidence["path"]) for f in flags] == [(NODES[SLOW], "slow")]
+    assert 0.0 < flags[0].straggler.evidence["peers_wait"] <= 0.06, flags[0].straggler.evidence
+
+
+def test_the_slow_path_does_not_flag_a_node_busier_than_peers_who_do_not_wait() -> None:
+    """The same node 9 % busier than its peers, while they are 3 % busier than their usual level instead
+    of waiting (gen_3025's mixture-of-experts job: one node busier by routing for four minutes): it paces
+    no one and is not flagged in seven minutes. Without the peers' test (``slow_wait=None``) the slow path
+    flags it. (Held for longer, the long path, which does not ask, flags it from its 16-window mean.)"""
+    busier = {"blips": [1.094] * 14, "noise": 0.05, "lift": 1.03}
+    assert _run([1.0] * 14, **busier) == []
+    flags = _run([1.0] * 14, slow_wait=None, **busier)
+    assert [(f.straggler.node, f.straggler.evidence["path"]) for f in flags] == [(NODES[SLOW], "slow")]
