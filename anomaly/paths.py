@@ -24,7 +24,7 @@ import numpy as np
 
 from .cause import gpu_signals, hardware_signal, nanmedian
 from .job_model import remember
-from .robust import leave_one_out_median, pooled_spread, safe_log
+from .robust import leave_one_out_median, pooled_spread, row_medians, safe_log
 from .state import Candidate, DetectorConfig, JobState
 from .window import Window
 
@@ -200,7 +200,7 @@ def peers_wait(state: JobState, candidate: Candidate, window: Window) -> np.ndar
     themselves (the sampler landing in another phase) leaves its peers where they were."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        change = np.nanmedian(safe_log(window.tensor[candidate.window_nodes]) - state.own, axis=1)
+        change = row_medians(safe_log(window.tensor[candidate.window_nodes]) - state.own)
         return -leave_one_out_median(change)
 
 
