@@ -3,7 +3,11 @@
 The job's nodes come from the one job identity the anomaly service publishes,
 ``fleetsight_job_node_info{cluster, node, hpc_job, namespace, scheduler}`` (1 per job and node; a
 Kubernetes job id is ``<namespace>/<name>``), over the whole window: a job that lost a node to a fault
-still lists it. The faults, all read from Prometheus so resolved ones count too:
+still lists it. Nodes the anomaly service never saw in the job (it started late, or was down) come from
+the GPUs' own labels, which Prometheus records every 30 s by itself (``node_job:dcgm_gpus:group30s``,
+rules/anomaly.yml): dcgm-exporter's ``hpc_job`` (Slurm's job mapping), or a Kubernetes job's namespace
+and controller pod label (the pod-owner fallback's jobs have none there). The faults, all read from
+Prometheus so resolved ones count too:
 
 - alerts (``ALERTS{alertstate="firing"}``) with a ``node`` label on one of those nodes, first and last
   seen from a range query, the start refined by ``ALERTS_FOR_STATE`` (its value is the alert's activeAt);
@@ -99,8 +103,20 @@ def series_range(prom: Prometheus, promql: str, window: Window) -> list[dict[str
 
 
 # ---------------------------------------------------------------------------------- the job's nodes
+# The GPUs' job labels as rules/anomaly.yml records them (whether or not the anomaly service runs), and
+# the scheduler names the anomaly service gives a job read from them (anomaly/jobs.py).
+RECORDED_JOBS = "node_job:dcgm_gpus:group30s"
+HPC_JOB_LABEL = "hpc_job-label"
+KUBERNETES = "kubernetes"
+# The recorded series' labels that are not a training-job controller's pod label.
+NOT_CONTROLLER = ("__name__", "cluster", "node", "modelName", "hpc_job", "namespace", "pod")
+
+
 def job_nodes(prom: Prometheus, job: str, window: Window) -> dict[str, dict[str, str]]:
-    """node -> its job-identity labels (cluster, namespace, scheduler), over the whole window."""
+    """node -> its job-identity labels (cluster, namespace, scheduler), over the whole window: the
+    anomaly service's identity first, then the nodes only the GPUs' own labels name (the fleet test's
+    west cluster: an Xid moved a JobSet off a node before the anomaly service, started late, saw it
+    there, and the health service could not tie that fault to the job)."""
     promql = (
         f"max by (cluster, node, hpc_job, namespace, scheduler) "
         f"(max_over_time(fleetsight_job_node_info{{hpc_job={quote(job)}}}[{window.range}]))"
@@ -110,6 +126,32 @@ def job_nodes(prom: Prometheus, job: str, window: Window) -> dict[str, dict[str,
         labels = series["metric"]
         if labels.get("node"):
             nodes[labels["node"]] = labels
+    for node, labels in recorded_nodes(prom, job, window).items():
+        nodes.setdefault(node, labels)
+    return nodes
+
+
+def recorded_nodes(prom: Prometheus, job: str, window: Window) -> dict[str, dict[str, str]]:
+    """The job's nodes as the GPUs' labels name them: a Slurm job by dcgm-exporter's ``hpc_job`` label,
+    a Kubernetes job ``<namespace>/<name>`` by its namespace and a controller's pod label of that name
+    (whichever controller: the keys are the recording rule's, not repeated here)."""
+    namespace, slash, name = job.partition("/")
+    selector = f"namespace={quote(namespace)}" if slash else f"hpc_job={quote(job)}"
+    promql = f"max_over_time({RECORDED_JOBS}{{{selector}}}[{window.range}])"
+    nodes: dict[str, dict[str, str]] = {}
+    for series in prom.query(promql, window.end):
+        labels = series["metric"]
+        named = any(value == name for key, value in labels.items() if key not in NOT_CONTROLLER)
+        if not labels.get("node") or (slash and not named):
+            continue
+        scheduler = KUBERNETES if slash else HPC_JOB_LABEL
+        nodes[labels["node"]] = {
+            "cluster": labels.get("cluster", ""),
+            "node": labels["node"],
+            "hpc_job": job,
+            "namespace": namespace if slash else labels.get("namespace", ""),
+            "scheduler": scheduler,
+        }
     return nodes
 
 
@@ -299,7 +341,8 @@ def job_faults(service: HealthService, job: str, window: Window) -> dict[str, An
     # The sources' own client (the service's source timeout; its connections kept between requests)
     prom = service.sources.prometheus
     if prom is None:
-        # Jobs are known only from Prometheus (fleetsight_job_node_info): without it no job is known.
+        # Jobs are known only from Prometheus (fleetsight_job_node_info, the GPUs' recorded job labels):
+        # without it no job is known.
         raise HTTPException(404, f"unknown job {job!r}: no Prometheus (--prometheus-url) to find jobs in")
     try:
         return answer(service, prom, job, window)
@@ -312,8 +355,9 @@ def answer(service: HealthService, prom: Prometheus, job: str, window: Window) -
     if not nodes:
         raise HTTPException(
             404,
-            f"unknown job {job!r}: no fleetsight_job_node_info{{hpc_job={quote(job)}}} in the last "
-            f"{window.text} (Kubernetes jobs are <namespace>/<name>)",
+            f"unknown job {job!r}: no fleetsight_job_node_info{{hpc_job={quote(job)}}} nor "
+            f"{RECORDED_JOBS}{{hpc_job={quote(job)}}} in the last {window.text} (Kubernetes jobs are "
+            "<namespace>/<name>)",
         )
     faults = node_alerts(prom, nodes, window) + switch_alerts(prom, nodes, window)
     faults += stragglers(prom, job, window)

@@ -7,7 +7,11 @@ summaries come from them):
   and a flapping leaf port in front of n0004 (still firing; n0004 left the job 20 minutes ago);
 - Kubernetes job ml/pretrain on n0005-n0006: a straggler, and an alert on the leaf port n0006 hangs
   off that names no host (mapped through the fabric's peers);
-- job 4712 on n0007-n0008, untouched; n0009 (no job) has an alert of its own.
+- job 4712 on n0007-n0008, untouched; n0009 (no job the anomaly service published) has an alert of its
+  own;
+- jobs the anomaly service never published, known only from the GPUs' job labels Prometheus recorded
+  (``node_job:dcgm_gpus:group30s``): Slurm job 4713 on n0009 (dcgm-exporter's ``hpc_job``) and JobSet
+  ml/finetune on n0010 (beside another JobSet of the namespace on n0011).
 """
 
 from __future__ import annotations
@@ -86,6 +90,21 @@ HISTORY: list[Series] = [
             ("leaf-02", "1", "n0005", "mlx5_1/1"),
             ("leaf-02", "2", "n0006", "mlx5_1/1"),
             ("leaf-02", "3", "n0007", "mlx5_1/1"),
+        )
+    ),
+    *(
+        (
+            "node_job:dcgm_gpus:group30s",
+            {"cluster": "test", "node": node, "modelName": "H100", **labels},
+            SPAN,
+            0,
+            1,
+        )
+        for node, labels in (
+            ("n0002", {"hpc_job": "4711"}),  # published too: the published identity wins
+            ("n0009", {"hpc_job": "4713"}),
+            ("n0010", {"namespace": "ml", "pod": "finetune-0", "jobset_sigs_k8s_io_jobset_name": "finetune"}),
+            ("n0011", {"namespace": "ml", "pod": "eval-0", "jobset_sigs_k8s_io_jobset_name": "eval"}),
         )
     ),
     (
@@ -293,3 +312,21 @@ def test_every_read_answer_names_the_cluster(health: str) -> None:
         "/v1/drain-list": "test",
         "/v1/nodes": "test",
     }
+
+
+def test_a_job_the_anomaly_service_never_published_is_found_from_the_gpus_recorded_labels(
+    health: str,
+) -> None:
+    """The anomaly service publishes a job's nodes only while it watches (it may start late, or be down):
+    the GPUs' own job labels, recorded by Prometheus every 30 s, name the nodes it never saw."""
+    slurm = faults(health, "4713")
+    assert slurm.status_code == 200, slurm.text
+    body = slurm.json()
+    assert (body["scheduler"], [n["node"] for n in body["nodes"]]) == ("hpc_job-label", ["n0009"])
+    assert [(f["alertname"], f["nodes"]) for f in body["faults"]] == [("GPUXidUncorrectable", ["n0009"])]
+    kubernetes = faults(health, "ml/finetune")
+    assert kubernetes.status_code == 200, kubernetes.text
+    body = kubernetes.json()
+    assert (body["scheduler"], body["namespace"], body["cluster"]) == ("kubernetes", "ml", "test")
+    assert [n["node"] for n in body["nodes"]] == ["n0010"]  # n0011 runs the namespace's other JobSet
+    assert faults(health, "ml/nothing").status_code == 404
