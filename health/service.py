@@ -183,6 +183,12 @@ class HealthService:
                     sweep.reconcile(self)
                     if not all(self.engine.sources_ok.values()) or self.inventory_pending:
                         next_sweep = time.monotonic() + self.policy.refresh_interval_s  # incomplete
+                    if self.event_lag() > 0:
+                        # Events that woke the loop just before this sweep was due: their wake is spent,
+                        # and while a source fails the loop sweeps every refresh interval and never ticks,
+                        # so they would wait until the sources recovered (an alert forwarded to a leader
+                        # with no Alertmanager to read, 2026-11-30: never decided).
+                        self.process()
                 else:
                     next_scheduler = self._tick(next_scheduler)
             except Exception:

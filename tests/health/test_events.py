@@ -240,3 +240,37 @@ def test_a_sweep_that_found_no_node_in_prometheus_is_soon_repeated(tmp_path: Pat
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
+
+
+def test_an_event_that_arrives_as_a_sweep_falls_due_is_decided_while_a_source_fails(tmp_path: Path) -> None:
+    """While a source fails, the service sweeps every refresh interval instead of every reconcile; an
+    event whose wake (plus the batch wait) runs into the next sweep must still be decided, not left
+    queued until the source comes back. A batch wait longer than the interval makes every event do so."""
+    token_file = tmp_path / "health_events_token"
+    token_file.write_text(EVENTS_TOKEN + "\n")
+    (tmp_path / "nodes.txt").write_text("\n".join(NODES) + "\n")
+    policy = fast_policy(
+        refresh={"interval": "1s", "source_timeout": "2s", "reconcile": "10m", "batch": "1.5s"}
+    )
+    refused = f"http://127.0.0.1:{free_port()}"  # nothing listens: the Alertmanager source fails
+    args = ["--alertmanager-url", refused, "--nodes-file", str(tmp_path / "nodes.txt")]
+    args += ["--events-token-file", str(token_file)]
+    process, url = start_health(tmp_path / "health", policy, args, tokens=f"{DRAIN_TOKEN}=read,drain")
+    with stopping(process):
+        alert = {
+            "status": "firing",
+            "labels": {
+                "alertname": "GPUThermalThrottling",
+                "node": "ev05",
+                "gpu": "2",
+                "severity": "warning",
+            },
+            "annotations": {"summary": "GPU 2 of ev05 throttles"},
+            "startsAt": "2026-11-30T05:00:00Z",
+        }
+        body = {"version": "4", "status": "firing", "receiver": "health", "alerts": [alert]}
+        headers = {"Authorization": f"Bearer {EVENTS_TOKEN}"}
+        answer = httpx.post(f"{url}/v1/events/alertmanager", json=body, headers=headers, timeout=15)
+        assert answer.status_code == 202, answer.text
+        item = wait_state(url, "ev05", "degraded", timeout=20)
+        assert item["reasons"][0]["signal"] == "GPUThermalThrottling"
