@@ -38,15 +38,19 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
     largest benign effect, not just above zero: a 15-20 % straggler in a noisy job."""
     none = np.zeros(candidate.z.shape, dtype=bool)
     state.slow_wait = None
+    # The peers' wait is kept only where the slow path asks for it (never in smaller jobs, nor when off)
+    asks = cfg.slow_wait is not None and len(candidate.window_nodes) >= cfg.fast_min_nodes
     if disturbed(cfg, state, candidate):
         # A loud straggler's peers wait, and waiting activity is too noisy to average: the window
         # enters the averages empty (the one-window test handles loud stragglers), so that time still
         # passes and no average is made of windows from before a long episode.
         state.recent_resid.append(np.full(candidate.resid.shape, np.nan))
-        state.waits.append(np.full(len(candidate.window_nodes), np.nan))
+        if asks:
+            state.waits.append(np.full(len(candidate.window_nodes), np.nan))
         return none
     state.recent_resid.append(candidate.resid)
-    state.waits.append(peers_wait(state, candidate, window))
+    if asks:
+        state.waits.append(peers_wait(state, candidate, window))
     if len(state.recent_resid) < cfg.short_windows:
         return none
     stack = np.stack(list(state.recent_resid)[-cfg.slow_windows :])
@@ -66,7 +70,7 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
         # The job's nodes wander by themselves (expert routing): a mild straggler cannot be told
         # from the job's own imbalance unless the hardware says so (or it stepped in: step path).
         slow &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
-    if slow.any() and cfg.slow_wait is not None and len(candidate.window_nodes) >= cfg.fast_min_nodes:
+    if slow.any() and asks:
         slow &= _peers_waited(cfg, state)[:, None]
     slow &= candidate.kept_pace
     return np.where(np.isfinite(short), slow, False)
