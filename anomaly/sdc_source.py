@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from fleetsight.search_pages import PagingError, sorted_pages
+
 from .sdc import Record, SdcInputError
 from .sdc_records import from_documents
 
@@ -24,6 +26,8 @@ LOG_INDEX = "fleetsight-logs-*"
 ACTIONS = ("training_progress", "loss_nonfinite")
 PAGE = 5000
 FIELDS = ["@timestamp", "event.ingested", "fleetsight.hpc_job", "host.name", "training.*"]
+# Step, then time, then host: anomaly/sdc_window.py `in_store_order` sorts kept documents the same way.
+SORT = [{"training.step": "asc"}, {"@timestamp": "asc"}, {"host.name": "asc"}]
 
 
 class SourceError(RuntimeError):
@@ -37,6 +41,7 @@ class LogStore:
     ca_file: str | None = None
     timeout_s: float = 30.0
     max_records: int = 500_000  # per job and window: a bound on one job's read
+    page: int = PAGE  # documents per search_after page
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
@@ -118,22 +123,20 @@ class LogStore:
         """(``_id``, ``_source``) of a job's training documents in the window, in step order; with
         ``ingested_after`` (unix seconds) only those indexed since then (``event.ingested``, which the
         ingest pipelines set): the training watch's later reads (anomaly/sdc_window.py)."""
+        body: dict[str, Any] = {
+            "_source": FIELDS,
+            "query": {"bool": {"filter": self._filters(since, job, ingested_after)}},
+            "sort": SORT,
+        }
         found: list[tuple[str, dict[str, Any]]] = []
-        after: list[Any] | None = None
-        while len(found) < self.max_records:
-            body: dict[str, Any] = {
-                "size": PAGE,
-                "_source": FIELDS,
-                "query": {"bool": {"filter": self._filters(since, job, ingested_after)}},
-                "sort": [{"training.step": "asc"}, {"@timestamp": "asc"}, {"host.name": "asc"}],
-            }
-            if after is not None:
-                body["search_after"] = after
-            hits = self._search(body).get("hits", {}).get("hits", [])
-            found += [(str(hit.get("_id", "")), hit.get("_source", {})) for hit in hits]
-            if len(hits) < PAGE:
-                break
-            after = hits[-1].get("sort")
-            if after is None:
-                raise SourceError("log store answered a page without sort values: cannot page on")
+        try:
+            for hits in sorted_pages(self._hits, body, self.page):
+                found += [(str(hit.get("_id", "")), hit.get("_source", {})) for hit in hits]
+                if len(found) >= self.max_records:
+                    break
+        except PagingError as exc:
+            raise SourceError(f"log store, job {job}: {exc}") from exc
         return found
+
+    def _hits(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._search(body).get("hits", {}).get("hits", [])

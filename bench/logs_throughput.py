@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from logs_common import Stack, free_base, node_records
 
+from fleetsight.search_pages import sorted_pages
 from fleetsight.settings import Settings
 from pipelines.component import kafka_client
 from pipelines.kafka_security import NODE_USER
@@ -166,22 +167,20 @@ def latency(stack: Stack, rate: int, seconds: int) -> tuple[list[float], list[fl
 
 
 def ingested_delays(url: str, query: dict) -> list[float]:
+    body = {"query": query["query"], "_source": ["message", "event.ingested"],
+            "sort": [{"log.file.path": "asc"}, {"log.offset": "asc"}]}  # fmt: skip
+
+    def search(request: dict) -> list[dict]:
+        return httpx.post(f"{url}/{INDICES}/_search", json=request, timeout=60).json()["hits"]["hits"]
+
     delays = []
-    search_after = None
-    while True:
-        body = {"size": 5000, "query": query["query"], "_source": ["message", "event.ingested"],
-                "sort": [{"log.file.path": "asc"}, {"log.offset": "asc"}]}  # fmt: skip
-        if search_after:
-            body["search_after"] = search_after
-        hits = httpx.post(f"{url}/{INDICES}/_search", json=body, timeout=60).json()["hits"]["hits"]
-        if not hits:
-            return delays
+    for hits in sorted_pages(search, body, 5000):
         for hit in hits:
             source = hit["_source"]
             written_at = float(source["message"].split("written_at=")[1].split()[0])
             ingested = dt.datetime.fromisoformat(source["event"]["ingested"].replace("Z", "+00:00"))
             delays.append(ingested.timestamp() - written_at)
-        search_after = hits[-1]["sort"]
+    return delays
 
 
 def percentiles(values: list[float]) -> str:

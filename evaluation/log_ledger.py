@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from fleetsight.search_pages import sorted_pages
+
 # The twin's log files on each node (under <node>/var/log/), as the node-side rsyslog reads them.
 NODE_LOG_FILES = ("kern.log", "fabricmanager.log", "bmc-sel.log", "jobs/*/rank-*.log")
 INDEX_PATTERN = "fleetsight-logs-*"
@@ -43,24 +45,23 @@ def indexed_origins(search_url: str, nodes_root: Path, timeout_s: float = 60.0) 
     duplicate appears twice). Refreshes the indices first, so that what was indexed is searchable."""
     with httpx.Client(base_url=search_url, timeout=timeout_s) as client:
         client.post(f"/{INDEX_PATTERN}/_refresh").raise_for_status()
-        found: list[Origin] = []
-        search_after = None
-        while True:
-            body = {
-                "size": PAGE,
-                "_source": ["log.file.path", "log.offset"],
-                "query": {"prefix": {"log.file.path": str(nodes_root) + "/"}},
-                "sort": [{"log.file.path": "asc"}, {"log.offset": "asc"}, {"event.id": "asc"}],
-            }
-            if search_after:
-                body["search_after"] = search_after
-            response = client.post(f"/{INDEX_PATTERN}/_search", json=body)
+        body = {
+            "_source": ["log.file.path", "log.offset"],
+            "query": {"prefix": {"log.file.path": str(nodes_root) + "/"}},
+            # A line indexed twice shares all three: sorted_pages reads such a group whole.
+            "sort": [{"log.file.path": "asc"}, {"log.offset": "asc"}, {"event.id": "asc"}],
+        }
+
+        def search(request: dict) -> list[dict]:
+            response = client.post(f"/{INDEX_PATTERN}/_search", json=request)
             response.raise_for_status()
-            hits = response.json()["hits"]["hits"]
-            if not hits:
-                return found
-            found += [(h["_source"]["log"]["file"]["path"], h["_source"]["log"]["offset"]) for h in hits]
-            search_after = hits[-1]["sort"]
+            return response.json()["hits"]["hits"]
+
+        return [
+            (h["_source"]["log"]["file"]["path"], h["_source"]["log"]["offset"])
+            for hits in sorted_pages(search, body, PAGE)
+            for h in hits
+        ]
 
 
 @dataclass(frozen=True)

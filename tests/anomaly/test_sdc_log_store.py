@@ -261,3 +261,35 @@ def test_later_cycles_read_only_what_was_indexed_since_and_see_what_a_whole_read
     assert again_read == 25 and counts["partial"] == 4 + again_read, counts
     assert len(expected) == 64 and kept == expected
     assert watch.reader.jobs["7103"].newest_ingested == pytest.approx(now.timestamp(), abs=0.01)
+
+
+def test_a_page_that_ends_inside_a_group_of_equal_sort_values_loses_none_of_it(
+    store: tuple[str, dict[str, Any]],
+) -> None:
+    """The ranks of one host log a step in the same millisecond: their documents share every sort value
+    (step, time, host). Pages of 5 over 4 steps of 3 such lines each end inside a group (after 5, 10):
+    every document is read once, in the store's order. Runs after the others: it adds job 7104."""
+    url, _ = store
+    now = dt.datetime.now(dt.UTC)
+    moments = {step: now - dt.timedelta(seconds=60 - step) for step in range(1, 5)}
+    lines = []
+    for step, moment in moments.items():
+        for rank in range(3):
+            line = training_document("7104", step, moment, now)
+            line["training"]["grad_norm"] = 1.0 + rank  # which rank's line: `_source` holds training.*
+            lines.append(line)
+    bulk(url, lines, now)
+    paged = LogStore(url, page=5)
+    try:
+        read = paged.documents("7104", "2h")
+        ids = [key for key, _ in read]
+        assert len(ids) == len(set(ids)) == 12, ids
+        assert sorted(d["training"]["grad_norm"] for _, d in read if d["training"]["step"] == 2) == [1, 2, 3]
+        assert [d["training"]["step"] for _, d in read] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+        # A whole page of one group cannot be paged past: said, not skipped.
+        narrow = LogStore(url, page=3)
+        with pytest.raises(SourceError, match="more than a page"):
+            narrow.documents("7104", "2h")
+        narrow.close()
+    finally:
+        paged.close()
