@@ -31,12 +31,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fleetsight.settings import HPC_JOB_LABEL, KUBERNETES, SLURM
+
 if TYPE_CHECKING:
     from .owners import PodOwners
-
-SLURM = "slurm"
-HPC_JOB_LABEL = "hpc_job-label"
-KUBERNETES = "kubernetes"
 
 # The label keys of the common training-job controllers, umbrella controllers first: a JobSet's pods
 # also carry batch.kubernetes.io/job-name (of its child Job, `<jobset>-workers-0`), so the generic Job

@@ -27,7 +27,13 @@ DEFAULT_PORT_BASE = 19000
 DEFAULT_CLUSTER = "demo"  # the name of the demo scenario's cluster (twin/scenarios/demo.yaml)
 # A label value, a file-name part and a URL path segment alike: letters, digits, '.', '_', '-'.
 CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-SCHEDULERS = ("slurm", "kubernetes")
+# Where a job's identity comes from: the `scheduler` label of the anomaly service's
+# fleetsight_job_node_info, which the health service reads back (anomaly/jobs.py, health/jobs.py):
+# slurmrestd, dcgm-exporter's hpc_job label (a Slurm id without slurmrestd), or Kubernetes.
+SLURM = "slurm"
+HPC_JOB_LABEL = "hpc_job-label"
+KUBERNETES = "kubernetes"
+SCHEDULERS = (SLURM, KUBERNETES)  # what the stack's --scheduler can name
 TWIN_SCENARIO_ENV = "FLEETSIGHT_TWIN_SCENARIO"
 SCHEDULER_ENV = "FLEETSIGHT_SCHEDULER"
 SLACK_STAND_IN_ENV = "FLEETSIGHT_SLACK_STAND_IN_URL"

@@ -33,6 +33,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query
 
 from fleetsight.prometheus import Prometheus, PrometheusError
 from fleetsight.promql import any_of, quote
+from fleetsight.settings import HPC_JOB_LABEL, KUBERNETES
 
 from .policy import PolicyError, parse_duration
 
@@ -104,10 +105,8 @@ def series_range(prom: Prometheus, promql: str, window: Window) -> list[dict[str
 
 # ---------------------------------------------------------------------------------- the job's nodes
 # The GPUs' job labels as rules/anomaly.yml records them (whether or not the anomaly service runs), and
-# the scheduler names the anomaly service gives a job read from them (anomaly/jobs.py).
+# the scheduler names the anomaly service gives a job read from them (fleetsight/settings.py).
 RECORDED_JOBS = "node_job:dcgm_gpus:group30s"
-HPC_JOB_LABEL = "hpc_job-label"
-KUBERNETES = "kubernetes"
 # The recorded series' labels that are not a training-job controller's pod label.
 NOT_CONTROLLER = ("__name__", "cluster", "node", "modelName", "hpc_job", "namespace", "pod")
 
