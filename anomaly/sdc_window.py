@@ -49,6 +49,7 @@ class WindowReader:
     # Documents the store sent, all jobs and cycles, by kind of read (a job's whole window, or only
     # what was indexed since the last read).
     documents_read: dict[str, int] = field(default_factory=lambda: {"whole": 0, "partial": 0})
+    kept_total: int = 0  # documents in ``jobs``, all together (kept as a sum: a cycle reads every job)
 
     def read(self, job: str, now: float | None = None) -> list[dict[str, Any]]:
         """The job's documents in the window (``_source``), in the store's order."""
@@ -64,17 +65,22 @@ class WindowReader:
         self.documents_read[kind] += len(fresh)
         documents.update(fresh)
         documents = in_window(documents, now - seconds(self.since))
-        others = sum(len(w.documents) for name, w in self.jobs.items() if name != job)
-        if others + len(documents) <= self.max_kept:
+        self._forget(job)
+        if self.kept_total + len(documents) <= self.max_kept:
             self.jobs[job] = JobWindow(documents, newest_ingested(documents.values()), reads)
-        else:
-            self.jobs.pop(job, None)
+            self.kept_total += len(documents)
         return in_store_order(documents.values())
+
+    def _forget(self, job: str) -> None:
+        gone = self.jobs.pop(job, None)
+        if gone is not None:
+            self.kept_total -= len(gone.documents)
 
     def keep_only(self, jobs: Iterable[str]) -> None:
         """Forget the jobs that left the window."""
         wanted = set(jobs)
-        self.jobs = {job: kept for job, kept in self.jobs.items() if job in wanted}
+        for job in [name for name in self.jobs if name not in wanted]:
+            self._forget(job)
 
 
 def unix(value: Any) -> float | None:

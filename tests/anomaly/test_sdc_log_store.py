@@ -247,6 +247,7 @@ def test_later_cycles_read_only_what_was_indexed_since_and_see_what_a_whole_read
         try:
             assert len(bounded.read("7103")) == len(bounded.read("7103")) == 64
             assert "7103" not in bounded.jobs and bounded.documents_read == {"whole": 128, "partial": 0}
+            assert bounded.kept_total == 0
         finally:
             bounded.store.close()
     finally:
@@ -261,6 +262,12 @@ def test_later_cycles_read_only_what_was_indexed_since_and_see_what_a_whole_read
     assert again_read == 25 and counts["partial"] == 4 + again_read, counts
     assert len(expected) == 64 and kept == expected
     assert watch.reader.jobs["7103"].newest_ingested == pytest.approx(now.timestamp(), abs=0.01)
+    # The running total of what is kept is the jobs' sum, and forgetting a job takes its part.
+    reader = watch.reader
+    assert reader.kept_total == sum(len(w.documents) for w in reader.jobs.values()) >= 64
+    reader.keep_only(name for name in reader.jobs if name != "7103")
+    assert reader.kept_total == sum(len(w.documents) for w in reader.jobs.values())
+    assert "7103" not in reader.jobs
 
 
 def test_a_page_that_ends_inside_a_group_of_equal_sort_values_loses_none_of_it(
