@@ -40,6 +40,9 @@ from .replay import (
 from .scenarios import resolve_or_fail
 
 RECORD_INTERVAL_S = 300.0  # rules/precursors.yml, group fleetsight-precursor-records: interval 5m
+# The node agent's collectors whose series the warning reads (the InfiniBand port counters; the GPU
+# counters are dcgm-exporter's). The backfill fails if a family the rules read was never written.
+AGENT_COLLECTORS = ("infiniband",)
 
 
 def evaluate(scenario: Path, agent_step: str = "5m", duration: str | None = None) -> dict[str, Any]:
@@ -53,7 +56,8 @@ def evaluate(scenario: Path, agent_step: str = "5m", duration: str | None = None
     with tempfile.TemporaryDirectory(prefix="precursors-eval-", dir=work_folder()) as scratch:
         work = Path(scratch)
         blocks = work / "blocks"
-        truth = backfill(scenario, span, blocks, duration, rule_metrics_file(work, needed), agent_step)
+        metrics = rule_metrics_file(work, needed)
+        truth = backfill(scenario, span, blocks, duration, metrics, agent_step, AGENT_COLLECTORS)
         faults = load_truth(truth)
         begin, end = span.start, span.start + span.duration
         # The precursor records' group runs every 5 minutes in production (rules/precursors.yml): the

@@ -105,6 +105,7 @@ def backfill(
     duration: str | None,
     metrics_file: Path | None = None,
     agent_step: str = "30s",
+    collectors: tuple[str, ...] | None = None,
 ) -> Path:
     """The scenario's history as TSDB blocks in ``blocks``, ending at the span's end; returns the truth
     file the twin wrote beside them."""
@@ -112,7 +113,9 @@ def backfill(
         families = None
         if metrics_file is not None:
             families = frozenset(line for line in metrics_file.read_text().splitlines() if line.strip())
-        capture = CaptureOptions(agent_step=scenario_duration(agent_step, "--agent-step"), families=families)
+        capture = CaptureOptions(
+            agent_step=scenario_duration(agent_step, "--agent-step"), families=families, collectors=collectors
+        )
         end = dt.datetime.fromtimestamp(span.start + span.duration, dt.UTC)
         seconds = scenario_duration(duration, "--duration") if duration else None
         result = backfill_blocks(load_scenario(scenario), blocks, seconds, end, capture=capture)
