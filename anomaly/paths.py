@@ -37,7 +37,7 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
     A shorter average (``short_windows``) decides sooner when it is significantly *above* the
     largest benign effect, not just above zero: a 15-20 % straggler in a noisy job."""
     none = np.zeros(candidate.z.shape, dtype=bool)
-    state.slow_wait = None
+    state.slow_wait = state.wait_now = None
     # The peers' wait is kept only where the slow path asks for it (never in smaller jobs, nor when off)
     asks = cfg.slow_wait is not None and len(candidate.window_nodes) >= cfg.fast_min_nodes
     if disturbed(cfg, state, candidate):
@@ -50,7 +50,8 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
         return none
     state.recent_resid.append(candidate.resid)
     if asks:
-        state.waits.append(peers_wait(state, candidate, window))
+        state.wait_now = peers_wait(state, candidate, window)
+        state.waits.append(state.wait_now)
     if len(state.recent_resid) < cfg.short_windows:
         return none
     stack = np.stack(list(state.recent_resid)[-cfg.slow_windows :])
@@ -221,7 +222,8 @@ def fast_path(
     job at least) must have fallen at least ``fast_wait`` below their own usual activity, busy waiting
     (``peers_running``). Only the nodes ``looking`` (per node: the detector asks where the one-window
     test holds, in a job without a flagged node, and flags only a strong candidate so)."""
-    wait = peers_wait(state, candidate, window)
+    # The slow path runs first each window and, in the jobs it asks, took this window's wait already.
+    wait = state.wait_now if state.wait_now is not None else peers_wait(state, candidate, window)
     if len(candidate.window_nodes) < cfg.fast_min_nodes:
         return np.zeros(candidate.z.shape, dtype=bool), wait
     margin = (np.nan_to_num(candidate.resid, nan=-np.inf) - cfg.slow_min_effect) / candidate.scale

@@ -234,6 +234,7 @@ class JobState:
     # the slow path's windows (the slow path's evidence that the peers wait for the node)
     waits: deque[np.ndarray] = field(default_factory=deque)
     slow_wait: np.ndarray | None = None
+    wait_now: np.ndarray | None = None  # this window's, where the slow path took it (the fast path reuses it)
     level: float = math.nan  # the busiest node's usual tensor activity
     windows: int = 0  # counted windows so far (the first ``min_history`` are the job's warm-up)
     spread: float = math.nan  # the job's usual cross-sectional spread of residuals (calm windows)
