@@ -15,7 +15,12 @@ from twin.scenario import resolve as resolve_in
 F = TypeVar("F", bound=Callable[..., Any])
 HERE = Path(__file__).resolve().parent
 # Where a scenario name is looked up, first match wins.
-SEARCH = (SHIPPED_DIR, HERE / "scenarios" / "alerts", HERE / "scenarios" / "anomaly")
+SEARCH = (
+    SHIPPED_DIR,
+    HERE / "scenarios" / "alerts",
+    HERE / "scenarios" / "anomaly",
+    HERE / "scenarios" / "precursors",
+)
 
 
 def resolve(value: str | Path) -> Path:
