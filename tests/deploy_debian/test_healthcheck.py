@@ -191,9 +191,20 @@ def test_service_down_agent_behind_tls_and_basic_auth_local_failure_drains(
     finally:
         mark = len(log_lines(slurm))
         slurm.configure(**{**down, **access, "FLEETSIGHT_LOCAL_DRAIN": "0"})  # report only again
-        wait_until(lambda: any("(report only)" in x for x in log_lines(slurm)[mark:]), 20)
-        for node in NODES:  # a local drain is lifted by hand, never by the healthcheck
-            scontrol(slurm, "update", f"nodename={node}", "state=resume")
+        # Every node's healthcheck reads this agent, so each drains on its own run: wait until each has
+        # run report-only (none drains after that), then resume the drained ones (Slurm refuses to
+        # resume a node that is not drained: n0002 may not have run before n0001 drained).
+        wait_until(
+            lambda: all(
+                any(f" {node}: " in x and "(report only)" in x for x in log_lines(slurm)[mark:])
+                for node in NODES
+            ),
+            30,
+            what="every node's healthcheck in report-only mode",
+        )
+        for node, (state, _) in sinfo(slurm).items():  # a local drain is lifted by hand, never by it
+            if state in ("drained", "draining"):
+                scontrol(slurm, "update", f"nodename={node}", "state=resume")
 
 
 def test_the_agents_certificate_is_checked_for_the_configured_name(

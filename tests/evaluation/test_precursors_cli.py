@@ -1,5 +1,5 @@
-"""`python -m evaluation.precursors`: scenarios in parallel through the real rules and Prometheus, the node-days
-with the warning armed, and the bound the count puts on the false-warning rate."""
+"""`python -m evaluation.precursors`: scenarios in parallel through the real rules and Prometheus, the
+node-days with the warning armed, and the bound the count puts on the false-warning rate."""
 
 from __future__ import annotations
 
