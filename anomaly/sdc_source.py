@@ -34,6 +34,11 @@ class SourceError(RuntimeError):
     """The log store could not be read: says where and why (unreachable, refused, an error answer)."""
 
 
+class JobReadError(SourceError):
+    """One job's documents could not be read whole (the store answered, but they cannot be paged):
+    that job is unknown, the others are read as usual."""
+
+
 @dataclass
 class LogStore:
     url: str
@@ -135,7 +140,7 @@ class LogStore:
                 if len(found) >= self.max_records:
                     break
         except PagingError as exc:
-            raise SourceError(f"log store, job {job}: {exc}") from exc
+            raise JobReadError(f"log store, job {job}: {exc}") from exc
         return found
 
     def _hits(self, body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from .pace import detect as pace_detect
 from .pace_records import PaceInputError
 from .pace_records import from_documents as pace_documents
 from .sdc import Config, SdcInputError, Verdict, detect
-from .sdc_source import LogStore, SourceError
+from .sdc_source import JobReadError, LogStore, SourceError
 from .sdc_window import WindowReader
 
 log = logging.getLogger("anomaly.sdc")
@@ -66,7 +66,11 @@ class SdcWatch:
             jobs = self.store.jobs(self.since)
             self.reader.keep_only(jobs)
             for job in jobs:
-                sources = self.reader.read(job)
+                try:
+                    sources = self.reader.read(job)
+                except JobReadError as exc:  # that job unknown this cycle, not the whole watch blind
+                    log.warning("job %s: documents not read: %s", job, exc)
+                    continue
                 try:
                     verdicts.append(detect(self.store.to_records(job, sources), job, self.config))
                 except (SdcInputError, SourceError) as exc:

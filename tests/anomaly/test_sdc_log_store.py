@@ -300,3 +300,18 @@ def test_a_page_that_ends_inside_a_group_of_equal_sort_values_loses_none_of_it(
         narrow.close()
     finally:
         paged.close()
+
+
+def test_a_job_that_cannot_be_paged_is_skipped_and_the_others_are_still_checked(
+    store: tuple[str, dict[str, Any]],
+) -> None:
+    """Job 7104 (the test above) holds groups of 3 documents with equal sort values: pages of 3 cannot get
+    past them. The watch's cycle skips that job and still checks the others, instead of failing whole."""
+    url, _ = store
+    watch = SdcWatch(LogStore(url, page=3), since="2h")
+    try:
+        verdicts = watch.cycle()
+    finally:
+        watch.store.close()
+    assert watch.up
+    assert "7104" not in {v.job for v in verdicts} and "7103" in {v.job for v in verdicts}
