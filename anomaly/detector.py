@@ -313,8 +313,11 @@ class Detector:
             ("persistent", sum(node_state.recent) >= cfg.k),
         )
         path = next((rule for rule, due in rules if due), None)
-        # A sudden lasting rise (the step path) is what routing, which moves load slowly, does not do.
-        held = not hardware and not node_state.stepped and _wanders(cfg, self.jobs[candidate.job])
+        # A sudden lasting rise (the step path) is exempt only in jobs of two or three nodes: routing
+        # that moves at once makes one too (DetectorConfig.step_exempt_below).
+        job = self.jobs[candidate.job]
+        exempt = node_state.stepped and len(job.nodes) < cfg.step_exempt_below
+        held = not hardware and not exempt and _wanders(cfg, job)
         if path is not None and held:
             if node_state.candidacy < cfg.wander_hold:
                 return  # expert routing keeps a node busiest for minutes: wait longer than that

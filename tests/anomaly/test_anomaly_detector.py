@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
-from anomaly.detector import Event, Straggler
+from anomaly.detector import Detector, DetectorConfig, Event, Straggler
 from evaluation import anomaly as evaluation
+from evaluation.anomaly_feed import TwinFeed
 from evaluation.scenarios import resolve as resolve_scenario
 from fleetsight.settings import REPO_ROOT
 from fleetsight.slurmrest import expand_hostlist, running_jobs
 from support import FLEETSIGHT
 
+SPANS_4N = Path(__file__).resolve().parent / "moe_routing_spans_4n.yaml"
 # Scenario files of evaluation/scenarios/anomaly: one fault each, in a job of 8 or 16 nodes.
 # Scope: a PSU failure brakes every GPU of the node and a gray node slows them all ("node", no GPU
 # named); a hot GPU or a downgraded link slows one ("gpu", that GPU).
@@ -86,6 +89,27 @@ def test_mixture_of_experts_jobs() -> None:
     assert len(episodes) == 1, loud.episodes
     flagged = [(e.straggler.job, e.straggler.node) for e in loud.events["detector"] if e.kind == "flag"]
     assert flagged == [(episodes[0].job, episodes[0].node)], flagged
+
+
+def test_routing_that_moves_at_once_is_held_in_a_four_node_moe_job() -> None:
+    """The twin's expert routing (`moe_imbalance`) hands the busiest place to another node from one
+    window to the next: in a 4-node MoE job that is a sudden lasting rise, the step path's signature.
+    At 5-s samples, with the step path exempt from the routing hold as it was, the job's routing was
+    flagged (the benign training day's job 7205 twice, this scenario once); held like every other
+    path in a wandering job of four nodes or more, nothing is. One simulation feeds both detectors."""
+    feed = TwinFeed(SPANS_4N, 30.0, sample_window=5.0)
+    shipped = Detector(DetectorConfig(sample_average_s=5.0))
+    exempt = Detector(DetectorConfig(sample_average_s=5.0, step_exempt_below=DetectorConfig().few_nodes))
+    flags: dict[str, list[tuple[str, str, str]]] = {"shipped": [], "exempt": []}
+    for window in feed.windows():
+        for name, detector in (("shipped", shipped), ("exempt", exempt)):
+            for event in detector.step(window).events:
+                flag = event.straggler
+                if event.kind == "flag":
+                    flags[name].append((flag.job, flag.node, flag.evidence["path"]))
+    assert flags["shipped"] == [], flags["shipped"]
+    # The scenario does make the case: the exempt step path flags the routing's busiest node.
+    assert flags["exempt"] and {job for job, _, _ in flags["exempt"]} == {"7601"}, flags["exempt"]
 
 
 def test_fault_free_hours_raise_no_flag() -> None:
