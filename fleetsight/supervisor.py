@@ -115,10 +115,13 @@ class Supervisor:
             )
         log_event("spawn", component=component.name, pid=process.pid, command=" ".join(command))
         self.processes[component.name] = process
+        # A retry of a component that has not been ready since it failed stays failed until it is
+        # ready: `up` and `status` report it failed, not a status that flickers with each attempt.
+        still_failed = self.states[component.name].status == "failed"
         self.set(
             component.name,
             pid=process.pid,
-            status="starting",
+            status="failed" if still_failed else "starting",
             started_at=time.time(),
             urls=component.urls(self.settings),
             log=str(log_file),
@@ -201,7 +204,12 @@ class Supervisor:
                     delay = min(RESTART_BACKOFF_MAX_S, backoff.get(name, 0.5) * 2)
                     backoff[name] = delay
                     self.next_restart[name] = now + delay
-                    self.set(name, status="restarting", detail=f"exited with code {process.returncode}")
+                    never_ready = self.states[name].status == "failed"
+                    self.set(
+                        name,
+                        status="failed" if never_ready else "restarting",
+                        detail=f"exited with code {process.returncode}; retry in {delay:.0f} s",
+                    )
                     log_event("crashed", component=name, code=process.returncode, restart_in_s=delay)
                 elif name in self.next_restart and now >= self.next_restart[name]:
                     del self.next_restart[name]

@@ -144,6 +144,17 @@ BROKEN_COMPONENTS = textwrap.dedent(
 )
 
 
+def statuses_in_table(printed: str) -> dict[str, str]:
+    """Component name to status from the table `up` prints (a folded detail continues on rows whose
+    first cell is empty)."""
+    found = {}
+    for line in printed.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) >= 2 and cells[0] and cells[0] != "component":
+            found[cells[0]] = cells[1]
+    return found
+
+
 def test_failures_are_reported_per_component_and_the_rest_still_runs(
     stack_env: StackEnv, tmp_path: Path
 ) -> None:
@@ -153,6 +164,21 @@ def test_failures_are_reported_per_component_and_the_rest_still_runs(
 
     result = stack_env.cli("up", "needs-the-broken-one", "not-installed", "slack-sink", check=False)
     assert result.returncode == 1
+    # What `up` printed once every component had settled.
+    reported = statuses_in_table(result.stdout)
+    assert reported == {
+        "crashes-at-start": "failed",
+        "needs-the-broken-one": "skipped",
+        "not-installed": "skipped",
+        "slack-sink": "ready",
+    }, result.stdout
+    # The supervisor retries it with its back-off; it stays failed (never a flickering status) while
+    # no attempt gets ready.
+    wait_until(
+        lambda: component_state(stack_env)["crashes-at-start"]["restarts"] >= 2,
+        timeout=30,
+        what="the supervisor to retry the component that crashed at start twice",
+    )
     states = component_state(stack_env)
     assert states["crashes-at-start"]["status"] == "failed"
     assert "exited with code 3" in states["crashes-at-start"]["detail"]
