@@ -313,8 +313,8 @@ class Detector:
             ("persistent", sum(node_state.recent) >= cfg.k),
         )
         path = next((rule for rule, due in rules if due), None)
-        # A sudden lasting rise (the step path) is exempt only in jobs of two or three nodes: routing
-        # that moves at once makes one too (DetectorConfig.step_exempt_below).
+        # A sudden lasting rise (the step path) is held too: routing that moves at once makes one
+        # (DetectorConfig.step_exempt_below, 0: no job is exempt).
         job = self.jobs[candidate.job]
         exempt = node_state.stepped and len(job.nodes) < cfg.step_exempt_below
         held = not hardware and not exempt and _wanders(cfg, job)

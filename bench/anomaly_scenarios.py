@@ -18,7 +18,8 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import yaml
+
+from evaluation.scenarios import write_drawn
 
 OUT = Path(__file__).resolve().parent.parent / "evaluation" / "scenarios" / "anomaly"
 PROFILES = ("llm-8b", "llm-20b", "llm-70b", "moe-8x22b", "vision")
@@ -132,11 +133,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=30)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    for seed in range(args.first_seed, args.first_seed + args.count):
-        path = args.out / f"gen_{seed}.yaml"
-        path.write_text(yaml.safe_dump(draw(seed), sort_keys=False, width=120))
-        print(path)
+    write_drawn(args.out, "gen", range(args.first_seed, args.first_seed + args.count), draw, width=120)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import yaml
 
 from twin.scenario import SHIPPED_DIR, Scenario, ScenarioError, load
 from twin.scenario import resolve as resolve_in
@@ -41,6 +42,16 @@ def load_or_fail(value: str) -> Scenario:
         return load(resolve_or_fail(value))
     except ScenarioError as exc:
         raise click.ClickException(f"{value}: {exc}") from exc
+
+
+def write_drawn(folder: Path, prefix: str, seeds: range, draw: Callable[[int], dict], width: int) -> None:
+    """Write ``<prefix>_<seed>.yaml`` for each seed from ``draw(seed)`` (bench/anomaly_scenarios.py,
+    bench/benign_days.py), printing each path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        path = folder / f"{prefix}_{seed}.yaml"
+        path.write_text(yaml.safe_dump(draw(seed), sort_keys=False, width=width))
+        print(path)
 
 
 # The options every evaluation command shares, declared once (same names, meanings and defaults).

@@ -308,22 +308,33 @@ faults:
 """
 
 
-def test_a_gray_node_in_a_two_node_moe_job_is_found_by_its_sudden_rise(tmp_path) -> None:
-    """Routing swings a 2-node MoE job's nodes by 15-25 %, slowly; a gray node has no hardware signal
-    to tell it from that, but it breaks in from one window to the next (the step path). Flagged within
-    three minutes, held while it lasts; its peer, rising back when the fault ends, is not flagged."""
+def test_a_gray_node_in_a_two_node_moe_job_rises_suddenly_and_is_held_like_routing(tmp_path) -> None:
+    """Routing swings a 2-node MoE job's nodes by 15-25 %; a gray node has no hardware signal to tell it
+    from that, but it breaks in from one window to the next (the step path). So does routing that hands
+    the busiest place to the other node at once: the drawn benign days' 2- and 3-node MoE jobs were
+    flagged 14 times so, and the step path's hits are now held like every other path in a wandering
+    job. The price, shown here from one simulation: exempt, the step path flags the gray node within
+    three minutes and holds it while it lasts; shipped, it is not flagged within its 12 minutes, and
+    nothing else is."""
     path = tmp_path / "small_moe_gray.yaml"
     path.write_text(SMALL_MOE_GRAY)
-    run = evaluation.run_scenario(path)
-    (episode,) = [e for e in run.episodes if e.counted]
-    assert (episode.job, episode.node, episode.kind) == ("7", "n0001", "gray_slow_node")
-    flags = [e for e in run.events["detector"] if e.kind == "flag"]
-    assert [(f.straggler.job, f.straggler.node, f.straggler.cause) for f in flags] == [
-        ("7", "n0001", "unknown")
-    ]
-    assert episode.onset < flags[0].time <= episode.onset + 180.0
-    clears = [e for e in run.events["detector"] if e.kind == "clear"]
-    assert clears and clears[0].time >= episode.end, "the flag must hold while the fault lasts"
+    feed = TwinFeed(path, 30.0)
+    scenario = feed.scenario
+    sample_s = scenario.realism.sample_window  # told to the detector, as run_scenario does
+    shipped = Detector(DetectorConfig(sample_average_s=sample_s))
+    exempt = Detector(DetectorConfig(sample_average_s=sample_s, step_exempt_below=3))
+    events: dict[str, list[Event]] = {"shipped": [], "exempt": []}
+    for window in feed.windows():
+        for name, detector in (("shipped", shipped), ("exempt", exempt)):
+            events[name].extend(detector.step(window).events)
+    (fault,) = scenario.faults
+    onset = scenario.start.timestamp() + fault.onset
+    flags = [(e.straggler.job, e.straggler.node, e.time) for e in events["exempt"] if e.kind == "flag"]
+    assert [(job, node) for job, node, _ in flags] == [("7", "n0001")], flags
+    assert onset < flags[0][2] <= onset + 180.0
+    clears = [e.time for e in events["exempt"] if e.kind == "clear"]
+    assert clears and clears[0] >= onset + fault.duration, "the flag must hold while the fault lasts"
+    assert [e for e in events["shipped"] if e.kind == "flag"] == []
 
 
 def test_two_node_moe_jobs_without_a_fault_raise_no_flag(tmp_path) -> None:
