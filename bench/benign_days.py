@@ -99,33 +99,39 @@ def job_events(rng: np.random.Generator, job: DrawnJob) -> list[dict]:
     if job.stages >= 2 and rng.random() < 0.8:
         events.append(
             fault("pipeline_bubble", {**target, "micro_batches": int(rng.choice([4, 8, 16, 32]))}, job.start,
-                  job.end - job.start, round(float(rng.uniform(0.03, 0.10)), 2))
+                  f"{job.end - job.start}m", round(float(rng.uniform(0.03, 0.10)), 2))
         )  # fmt: skip
     for t in every(rng, job.start, job.end, 25, 60):
         write_s = int(rng.choice([60, 75, 90, 105, 120]))
-        events.append(fault("checkpoint_stall", target, t, write_s, int(rng.integers(2, 11))))
+        events.append(fault("checkpoint_stall", target, t, f"{write_s}s", int(rng.integers(2, 11))))
     for t in every(rng, job.start, job.end, 120, 300):
         minutes = int(rng.integers(3, 7))
-        events.append(fault("eval_pause", target, t, minutes, round(float(rng.uniform(0.3, 0.6)), 1)))
+        events.append(fault("eval_pause", target, t, f"{minutes}m", round(float(rng.uniform(0.3, 0.6)), 1)))
     if job.spec["profile"] == "moe-8x22b":
         t = job.start + int(rng.integers(10, 60))
         while t < job.end - 30:
             span = min(int(rng.integers(60, 361)), job.end - t)
             moves = {**target, "every": f"{int(rng.integers(2, 6))}m"}
-            events.append(fault("moe_imbalance", moves, t, span, round(float(rng.uniform(0.05, 0.2)), 2)))
+            events.append(
+                fault("moe_imbalance", moves, t, f"{span}m", round(float(rng.uniform(0.05, 0.2)), 2))
+            )
             t += span + int(rng.integers(20, 120))
     if job.size >= 4 and rng.random() < 0.4:  # an elastic job: restarts on fewer nodes, or as many
         sizes = [s for s in range(job.stages, job.size + 1, job.stages) if s >= 2]
         for t in every(rng, job.start, job.end, 120, 360):
-            events.append(fault("job_resize", {**target, "nodes": int(rng.choice(sizes))}, t, 2, 1))
+            events.append(fault("job_resize", {**target, "nodes": int(rng.choice(sizes))}, t, "2m", 1))
     return events
 
 
-def fault(kind: str, target: dict, onset: int, duration: int | str, magnitude: float) -> dict:
-    minutes = duration if isinstance(duration, str) else f"{duration}m"
-    if kind == "checkpoint_stall":
-        minutes = f"{duration}s"  # the write: seconds
-    return {"kind": kind, "target": target, "onset": f"{onset}m", "duration": minutes, "magnitude": magnitude}
+def fault(kind: str, target: dict, onset: int, duration: str, magnitude: float) -> dict:
+    """A scenario's fault entry; onset in minutes into the day, duration as the twin reads it (90s, 5m)."""
+    return {
+        "kind": kind,
+        "target": target,
+        "onset": f"{onset}m",
+        "duration": duration,
+        "magnitude": magnitude,
+    }
 
 
 def draw_day(seed: int) -> dict:

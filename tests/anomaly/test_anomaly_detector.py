@@ -91,6 +91,16 @@ def test_mixture_of_experts_jobs() -> None:
     assert flagged == [(episodes[0].job, episodes[0].node)], flagged
 
 
+def events_of_each(feed: TwinFeed, **configs: DetectorConfig) -> dict[str, list[Event]]:
+    """One simulation through a detector per named configuration: each one's flags and clears."""
+    detectors = {name: Detector(config) for name, config in configs.items()}
+    events: dict[str, list[Event]] = {name: [] for name in configs}
+    for window in feed.windows():
+        for name, detector in detectors.items():
+            events[name].extend(detector.step(window).events)
+    return events
+
+
 def test_routing_that_moves_at_once_is_held_in_a_four_node_moe_job() -> None:
     """The twin's expert routing (`moe_imbalance`) hands the busiest place to another node from one
     window to the next: in a 4-node MoE job that is a sudden lasting rise, the step path's signature.
@@ -98,15 +108,17 @@ def test_routing_that_moves_at_once_is_held_in_a_four_node_moe_job() -> None:
     flagged (the benign training day's job 7205 twice, this scenario once); held like every other
     path in a wandering job of four nodes or more, nothing is. One simulation feeds both detectors."""
     feed = TwinFeed(SPANS_4N, 30.0, sample_window=5.0)
-    shipped = Detector(DetectorConfig(sample_average_s=5.0))
-    exempt = Detector(DetectorConfig(sample_average_s=5.0, step_exempt_below=DetectorConfig().few_nodes))
-    flags: dict[str, list[tuple[str, str, str]]] = {"shipped": [], "exempt": []}
-    for window in feed.windows():
-        for name, detector in (("shipped", shipped), ("exempt", exempt)):
-            for event in detector.step(window).events:
-                flag = event.straggler
-                if event.kind == "flag":
-                    flags[name].append((flag.job, flag.node, flag.evidence["path"]))
+    events = events_of_each(
+        feed,
+        shipped=DetectorConfig(sample_average_s=5.0),
+        exempt=DetectorConfig(sample_average_s=5.0, step_exempt_below=DetectorConfig().few_nodes),
+    )
+    flags = {
+        name: [
+            (e.straggler.job, e.straggler.node, e.straggler.evidence["path"]) for e in got if e.kind == "flag"
+        ]
+        for name, got in events.items()
+    }
     assert flags["shipped"] == [], flags["shipped"]
     # The scenario does make the case: the exempt step path flags the routing's busiest node.
     assert flags["exempt"] and {job for job, _, _ in flags["exempt"]} == {"7601"}, flags["exempt"]
@@ -321,12 +333,11 @@ def test_a_gray_node_in_a_two_node_moe_job_rises_suddenly_and_is_held_like_routi
     feed = TwinFeed(path, 30.0)
     scenario = feed.scenario
     sample_s = scenario.realism.sample_window  # told to the detector, as run_scenario does
-    shipped = Detector(DetectorConfig(sample_average_s=sample_s))
-    exempt = Detector(DetectorConfig(sample_average_s=sample_s, step_exempt_below=3))
-    events: dict[str, list[Event]] = {"shipped": [], "exempt": []}
-    for window in feed.windows():
-        for name, detector in (("shipped", shipped), ("exempt", exempt)):
-            events[name].extend(detector.step(window).events)
+    events = events_of_each(
+        feed,
+        shipped=DetectorConfig(sample_average_s=sample_s),
+        exempt=DetectorConfig(sample_average_s=sample_s, step_exempt_below=3),
+    )
     (fault,) = scenario.faults
     onset = scenario.start.timestamp() + fault.onset
     flags = [(e.straggler.job, e.straggler.node, e.time) for e in events["exempt"] if e.kind == "flag"]
