@@ -55,9 +55,9 @@ from .blind import blind_view, report_blind, with_silent_members
 from .cause import cause_of, gpu_scope, job_impact
 from .covariance import OutlierModel
 from .job_model import learn, new_job_state, score_job
-from .paths import disturbed, fast_path, hardware_path, long_path, slow_path, step_path
+from .paths import disturbed, fast_path, hardware_path, long_path, slow_path, step_path, wanders
 from .peerless import fleet_baseline, score_peerless
-from .robust import pooled_spread, safe_log
+from .robust import safe_log
 from .state import (
     BLIND_REASONS,
     CAUSES,
@@ -181,7 +181,7 @@ class Detector:
         # A node building up to the long path's floor does not learn its residual as normal meanwhile;
         # where the job wanders (expert routing) the long path needs hardware and nothing is held back.
         building = np.nan_to_num(long_mean).max(axis=1) >= cfg.long_min_effect
-        building &= not _wanders(cfg, state)
+        building &= not wanders(cfg, state)
         hw_path = hardware_path(cfg, candidate, window)
         # The fast path (large slowdowns, one window) looks only where the one-window test holds, in a
         # job without a flagged node: its peers wait for that one, and waiting peers scatter (mixed_day:
@@ -317,7 +317,7 @@ class Detector:
         # (DetectorConfig.step_exempt_below, 0: no job is exempt).
         job = self.jobs[candidate.job]
         exempt = node_state.stepped and len(job.nodes) < cfg.step_exempt_below
-        held = not hardware and not exempt and _wanders(cfg, job)
+        held = not hardware and not exempt and wanders(cfg, job)
         if path is not None and held:
             if node_state.candidacy < cfg.wander_hold:
                 return  # expert routing keeps a node busiest for minutes: wait longer than that
@@ -335,11 +335,6 @@ class Detector:
                 candidate.job, name, cause, named, node_z, window.end, evidence, window.end
             )
             events.append(Event("flag", window.end, node_state.flag))
-
-
-def _wanders(cfg: DetectorConfig, state: JobState) -> bool:
-    """Do the job's nodes wander by themselves (expert routing), as the slow path measures it?"""
-    return len(state.drift) > 0 and pooled_spread(state.drift) > cfg.wander_drift
 
 
 def _impact(

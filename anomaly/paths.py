@@ -67,7 +67,7 @@ def slow_path(cfg: DetectorConfig, state: JobState, candidate: Candidate, window
         scale = _slow_scale(cfg, candidate, mean, drift)
         remember(state.drift, mean, state)
         slow |= (mean >= cfg.slow_min_effect) & (mean / scale >= cfg.z_threshold)
-    if drift > cfg.wander_drift:
+    if note_wander(cfg, state, drift):
         # The job's nodes wander by themselves (expert routing): a mild straggler cannot be told
         # from the job's own imbalance unless the hardware says so (or it stepped in: step path).
         slow &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
@@ -110,9 +110,25 @@ def long_path(
         if math.isfinite(spread):
             scale = np.maximum(scale, spread)
     hit = (np.nan_to_num(mean) >= cfg.long_min_effect) & (np.nan_to_num(mean) / scale >= cfg.z_threshold)
-    if drift > cfg.wander_drift:
+    if wanders(cfg, state):
         hit &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
     return hit & candidate.kept_pace, mean
+
+
+def wanders(cfg: DetectorConfig, state: JobState) -> bool:
+    """Do the job's nodes wander by themselves (expert routing): its drift gauge now, or within the
+    last ``wander_memory`` counted windows (a lull in the routing is not a new kind of job)?"""
+    return state.wander_left > 0 or pooled_spread(state.drift) > cfg.wander_drift
+
+
+def note_wander(cfg: DetectorConfig, state: JobState, drift: float) -> bool:
+    """The slow path's reading of the gauge, once per counted window: remembers a wander for
+    ``wander_memory`` windows and counts the memory down."""
+    if drift > cfg.wander_drift:
+        state.wander_left = cfg.wander_memory
+        return True
+    state.wander_left = max(0, state.wander_left - 1)
+    return state.wander_left > 0
 
 
 def _slow_scale(cfg: DetectorConfig, candidate: Candidate, mean: np.ndarray, drift: float) -> np.ndarray:

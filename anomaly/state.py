@@ -119,6 +119,12 @@ class DetectorConfig:
     # "Benign days nobody tuned against"). The price: a loud gray node in a small MoE job is flagged
     # after the hold, not within it.
     step_exempt_below: int = 0
+    # The drift gauge reads a lull in a job's routing as calm: a drawn benign day's 3-node MoE job
+    # (benign_day_4401, gauge 0.08-0.20 for nine hours) dipped to 0.0245 for minutes and its busiest node
+    # was flagged on the long path then. Routing is a property of the job, not of the moment: a job
+    # counts as wandering for wander_memory counted windows after its gauge last read above
+    # wander_drift (40, ~20 minutes: the gauge's own pool, noise_windows). 0: the gauge alone.
+    wander_memory: int = 40
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor
@@ -256,6 +262,7 @@ class JobState:
     # while the others already wait, a straggler's signature for one window. No fast flag there.
     after_pause: bool = False
     since_flag: int = 1_000_000  # counted windows since a node of the job was last flagged
+    wander_left: int = 0  # counted windows the job still counts as wandering (DetectorConfig.wander_memory)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The straggler detector's evaluation (`fleetsight evaluate anomaly`) for several DetectorConfig variants at
-once, one scenario per process: what a setting changes on every scenario set, in one run on one machine.
+once, one scenario per process, every variant fed the same simulation: what a setting changes on every
+scenario set, in one run on one machine.
 
 Each variant is a name and DetectorConfig overrides (`sw5:slow_windows=5`; `none` leaves an optional rule
 out: `off:slow_wait=none`; `base` alone is the shipped configuration). The sets are the scenario files of
@@ -29,6 +30,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,19 +83,19 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, overrides
 
 
-def use_variant(overrides: dict[str, Any]) -> None:
-    """Only the detector, with these overrides, told each scenario's sample window."""
-    ev.METHODS = {
-        "detector": lambda sample_s: Detector(DetectorConfig(sample_average_s=sample_s, **overrides))
-    }
+def detector_of(overrides: dict[str, Any]) -> Callable[[float], Detector]:
+    """The detector with these overrides, told each scenario's sample window."""
+    return lambda sample_s: Detector(DetectorConfig(sample_average_s=sample_s, **overrides))
 
 
-def run_one(task: tuple[str, dict[str, Any], str, str, float | None]) -> tuple[str, str, ScenarioRun, float]:
-    variant, overrides, set_name, path, sample_window = task
-    use_variant(overrides)
+def run_one(task: tuple[dict[str, dict[str, Any]], str, str, float | None]) -> tuple[str, ScenarioRun, float]:
+    """One simulation of the scenario, every variant's detector fed the same windows (the baselines
+    are not run): its events are kept under each variant's name."""
+    variants, set_name, path, sample_window = task
     started = time.time()
-    run = ev.run_scenario(Path(path), 30.0, None, None, None, sample_window)
-    return variant, set_name, run, time.time() - started
+    detectors = {name: detector_of(overrides) for name, overrides in variants.items()}
+    run = ev.run_scenario(Path(path), 30.0, None, None, None, sample_window, detectors)
+    return set_name, run, time.time() - started
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
@@ -151,20 +153,16 @@ def main() -> int:
         sets = {name: paths for name, paths in scenario_sets().items() if name in chosen}
     sample = ev.parse_duration(args.sample_window) if args.sample_window else None
     ordered = sorted(sets, key=lambda name: SET_ORDER.index(name) if name in SET_ORDER else -1)
-    tasks = [
-        (name, overrides, set_name, str(path), sample)
-        for set_name in ordered
-        for path in sets[set_name]
-        for name, overrides in variants.items()
-    ]
+    tasks = [(variants, set_name, str(path), sample) for set_name in ordered for path in sets[set_name]]
     print(
-        f"{len(tasks)} scenario runs, {len(variants)} variants, {args.processes} processes", file=sys.stderr
+        f"{len(tasks)} scenario runs, each for {len(variants)} variants, {args.processes} processes",
+        file=sys.stderr,
     )
     started = time.time()
-    runs: dict[tuple[str, str], list[ScenarioRun]] = {}
+    runs: dict[str, list[ScenarioRun]] = {}
     with multiprocessing.get_context("fork").Pool(max(1, args.processes)) as pool:
-        for done, (variant, set_name, run, _) in enumerate(pool.imap_unordered(run_one, tasks), 1):
-            runs.setdefault((variant, set_name), []).append(run)
+        for done, (set_name, run, _) in enumerate(pool.imap_unordered(run_one, tasks), 1):
+            runs.setdefault(set_name, []).append(run)
             print(
                 f"\r{done}/{len(tasks)} runs, {time.time() - started:.0f} s",
                 end="",
@@ -172,12 +170,12 @@ def main() -> int:
                 flush=True,
             )
     print(file=sys.stderr)
-    use_variant({})
     result: dict[str, Any] = {"wall_s": round(time.time() - started, 1), "sample_window": args.sample_window}
-    for (variant, set_name), got in sorted(runs.items()):
-        fig = figures(ev.report(got, 30.0))
-        result.setdefault(variant, {"overrides": variants[variant]})[set_name] = fig
-        print(row(variant, set_name, len(got), len(sets[set_name]), fig))
+    for variant in sorted(variants):
+        for set_name, got in sorted(runs.items()):
+            fig = figures(ev.score(got, variant))
+            result.setdefault(variant, {"overrides": variants[variant]})[set_name] = fig
+            print(row(variant, set_name, len(got), len(sets[set_name]), fig))
     print(f"{result['wall_s']} s wall")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))

@@ -55,15 +55,21 @@ def run_scenario(
     duration: float | None = None,
     dcgm_labels: str | None = None,
     sample_window: float | None = None,
+    detectors: dict[str, Callable[[float], Any]] | None = None,
 ) -> ScenarioRun:
     """One scenario through the detector and the baselines; ``duration`` (s) stops the simulation
     early, as the twin's runner does for ``--duration``: the same data up to then. ``sample_window``
-    (s) replaces the scenario's realism.sample_window: what each DCGM sample averages."""
+    (s) replaces the scenario's realism.sample_window: what each DCGM sample averages. ``detectors``
+    (name: a factory told the sample window) replaces the methods: several detector settings fed the
+    same simulation (bench/anomaly_sweep.py), each scored under its name."""
     feed = TwinFeed(path, cycle, duration, dcgm_labels, sample_window)
     sample_s = feed.scenario.realism.sample_window
-    methods = {
-        name: factory(sample_s) if name == "detector" else factory() for name, factory in METHODS.items()
-    }
+    if detectors is not None:
+        methods = {name: factory(sample_s) for name, factory in detectors.items()}
+    else:
+        methods = {
+            name: factory(sample_s) if name == "detector" else factory() for name, factory in METHODS.items()
+        }
     events: dict[str, list[Event]] = {name: [] for name in methods}
     cpu: list[float] = []
     for window in feed.windows(progress):
