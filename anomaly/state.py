@@ -121,7 +121,8 @@ class DetectorConfig:
     step_exempt_below: int = 0
     # The drift gauge reads a lull in a job's routing as calm: a drawn benign day's 3-node MoE job
     # (benign_day_4401, gauge 0.08-0.20 for nine hours) dipped to 0.0245 for minutes and its busiest node
-    # was flagged on the long path then. Routing is a property of the job, not of the moment: a job
+    # was flagged on the long path then; a new layout's gauge flickers across wander_drift while its
+    # wander builds up (benign_day_4406). Routing is a property of the job, not of the moment: a job
     # counts as wandering for wander_memory counted windows after its gauge last read above
     # wander_drift (40, ~20 minutes: the gauge's own pool, noise_windows). 0: the gauge alone.
     wander_memory: int = 40
