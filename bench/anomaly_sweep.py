@@ -8,8 +8,8 @@ evaluation/scenarios/anomaly/: `hand` (the hand-written ones), `gen` (drawn by b
 held out: never looked at while tuning), `p5` (5 % stragglers), `day` (24-hour days of benign
 training, no fault: every flag is false; the hand-written one and those drawn by bench/benign_days.py).
 Only the detector runs (no baselines). Per variant and set it prints precision, recall
-within 15 minutes, false flags and each band's median / p95 latency; `--json` keeps the whole report, wrong
-flags and misses included.
+within 15 minutes, false flags and each band's median / p95 latency, and the first wrong flags; `--json`
+keeps the whole report, wrong flags and misses included.
 
 Decide what you will pick before you look (say which set chooses and which set confirms): a setting that
 helps only the set it was chosen on is tuned to it. The 24-hour day is the longest run (under 2 minutes
@@ -176,6 +176,9 @@ def main() -> int:
             fig = figures(ev.score(got, variant))
             result.setdefault(variant, {"overrides": variants[variant]})[set_name] = fig
             print(row(variant, set_name, len(got), len(sets[set_name]), fig))
+            for wrong in fig["wrong"][:10]:  # where to look first; --json keeps them all
+                where = f"{wrong['scenario']} job {wrong['job']} {wrong['node']}"
+                print(f"    wrong flag: {where} at {wrong['time']:.0f}")
     print(f"{result['wall_s']} s wall")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
