@@ -110,15 +110,18 @@ def long_path(
         if math.isfinite(spread):
             scale = np.maximum(scale, spread)
     hit = (np.nan_to_num(mean) >= cfg.long_min_effect) & (np.nan_to_num(mean) / scale >= cfg.z_threshold)
-    if wanders(cfg, state):
+    if wanders(cfg, state, drift):
         hit &= hardware_signal(cfg, window, candidate.window_nodes)[:, None]
     return hit & candidate.kept_pace, mean
 
 
-def wanders(cfg: DetectorConfig, state: JobState) -> bool:
-    """Do the job's nodes wander by themselves (expert routing): its drift gauge now, or within the
-    last ``wander_memory`` counted windows (a lull in the routing is not a new kind of job)?"""
-    return state.wander_left > 0 or pooled_spread(state.drift) > cfg.wander_drift
+def wanders(cfg: DetectorConfig, state: JobState, gauge: float | None = None) -> bool:
+    """Do the job's nodes wander by themselves (expert routing): its drift gauge now (``gauge``, where
+    the caller has just measured it), or within the last ``wander_memory`` counted windows (a lull in
+    the routing is not a new kind of job)?"""
+    if state.wander_left > 0:
+        return True
+    return (pooled_spread(state.drift) if gauge is None else gauge) > cfg.wander_drift
 
 
 def note_wander(cfg: DetectorConfig, state: JobState, drift: float) -> bool:

@@ -13,11 +13,11 @@ import yaml
 
 from anomaly.detector import Detector, DetectorConfig, Event, Straggler
 from evaluation import anomaly as evaluation
-from evaluation.anomaly_feed import TwinFeed
 from evaluation.scenarios import resolve as resolve_scenario
 from fleetsight.settings import REPO_ROOT
 from fleetsight.slurmrest import expand_hostlist, running_jobs
 from support import FLEETSIGHT
+from twin.scenario import load as load_scenario
 
 SPANS_4N = Path(__file__).resolve().parent / "moe_routing_spans_4n.yaml"
 # Scenario files of evaluation/scenarios/anomaly: one fault each, in a job of 8 or 16 nodes.
@@ -91,14 +91,17 @@ def test_mixture_of_experts_jobs() -> None:
     assert flagged == [(episodes[0].job, episodes[0].node)], flagged
 
 
-def events_of_each(feed: TwinFeed, **configs: DetectorConfig) -> dict[str, list[Event]]:
-    """One simulation through a detector per named configuration: each one's flags and clears."""
-    detectors = {name: Detector(config) for name, config in configs.items()}
-    events: dict[str, list[Event]] = {name: [] for name in configs}
-    for window in feed.windows():
-        for name, detector in detectors.items():
-            events[name].extend(detector.step(window).events)
-    return events
+def events_of_each(
+    path: Path, sample_window: float | None = None, **overrides: int
+) -> dict[str, list[Event]]:
+    """One simulation through the shipped detector (``shipped``) and one per named override of
+    ``step_exempt_below`` (evaluation.anomaly.run_scenario's ``detectors``): each one's flags and clears."""
+    settings = {"shipped": {}, **{name: {"step_exempt_below": value} for name, value in overrides.items()}}
+    detectors = {
+        name: (lambda sample_s, extra=extra: Detector(DetectorConfig(sample_average_s=sample_s, **extra)))
+        for name, extra in settings.items()
+    }
+    return evaluation.run_scenario(path, sample_window=sample_window, detectors=detectors).events
 
 
 def test_routing_that_moves_at_once_is_held_in_a_four_node_moe_job() -> None:
@@ -107,12 +110,7 @@ def test_routing_that_moves_at_once_is_held_in_a_four_node_moe_job() -> None:
     At 5-s samples, with the step path exempt from the routing hold as it was, the job's routing was
     flagged (the benign training day's job 7205 twice, this scenario once); held like every other
     path in a wandering job of four nodes or more, nothing is. One simulation feeds both detectors."""
-    feed = TwinFeed(SPANS_4N, 30.0, sample_window=5.0)
-    events = events_of_each(
-        feed,
-        shipped=DetectorConfig(sample_average_s=5.0),
-        exempt=DetectorConfig(sample_average_s=5.0, step_exempt_below=DetectorConfig().few_nodes),
-    )
+    events = events_of_each(SPANS_4N, 5.0, exempt=DetectorConfig().few_nodes)
     flags = {
         name: [
             (e.straggler.job, e.straggler.node, e.straggler.evidence["path"]) for e in got if e.kind == "flag"
@@ -330,14 +328,8 @@ def test_a_gray_node_in_a_two_node_moe_job_rises_suddenly_and_is_held_like_routi
     nothing else is."""
     path = tmp_path / "small_moe_gray.yaml"
     path.write_text(SMALL_MOE_GRAY)
-    feed = TwinFeed(path, 30.0)
-    scenario = feed.scenario
-    sample_s = scenario.realism.sample_window  # told to the detector, as run_scenario does
-    events = events_of_each(
-        feed,
-        shipped=DetectorConfig(sample_average_s=sample_s),
-        exempt=DetectorConfig(sample_average_s=sample_s, step_exempt_below=3),
-    )
+    scenario = load_scenario(path)
+    events = events_of_each(path, exempt=3)
     (fault,) = scenario.faults
     onset = scenario.start.timestamp() + fault.onset
     flags = [(e.straggler.job, e.straggler.node, e.time) for e in events["exempt"] if e.kind == "flag"]
