@@ -55,7 +55,16 @@ from .blind import blind_view, report_blind, with_silent_members
 from .cause import cause_of, gpu_scope, job_impact
 from .covariance import OutlierModel
 from .job_model import learn, new_job_state, score_job
-from .paths import disturbed, fast_path, hardware_path, long_path, slow_path, step_path, wanders
+from .paths import (
+    disturbed,
+    fast_path,
+    hardware_path,
+    long_path,
+    presumed_wandering,
+    slow_path,
+    step_path,
+    wanders,
+)
 from .peerless import fleet_baseline, score_peerless
 from .robust import safe_log
 from .state import (
@@ -94,6 +103,9 @@ class Detector:
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config or DetectorConfig()
         self.jobs: dict[str, JobState] = {}
+        # Jobs whose last layout wandered (expert routing), by the window end it was last seen: a new
+        # layout of the job is presumed to wander until its own gauge has learnt (wander_carry).
+        self.routing_jobs: dict[str, float] = {}
         self.rng = np.random.default_rng(self.config.seed)
         self.outliers = OutlierModel(self.config)
         self.unseen: dict[str, Unseen] = {}  # the nodes reported blind last cycle, by name
@@ -121,7 +133,7 @@ class Detector:
         for job_id, node_idx in window.jobs.items():
             if not node_idx:
                 continue
-            state = self._job_state(job_id, [window.nodes[i] for i in node_idx], window.gpus)
+            state = self._job_state(job_id, [window.nodes[i] for i in node_idx], window.gpus, window.end)
             job_blind = reasons[node_idx] if reasons is not None else None
             if job_blind is not None and job_blind.any():
                 report_blind(job_id, window, node_idx, job_blind, blind_gpus, self.unseen, blind, unseen)
@@ -149,16 +161,31 @@ class Detector:
                 for node_state in self.jobs[job_id].node_state.values():
                     if node_state.flag is not None:
                         events.append(Event("clear", window.end, node_state.flag))
-                del self.jobs[job_id]
+                self._note_routing(job_id, self.jobs.pop(job_id), window.end)
         return CycleResult(scores=scores, events=events, counted_jobs=counted, quiet_jobs=quiet, blind=blind)
 
-    def _job_state(self, job_id: str, names: list[str], gpus: int) -> JobState:
-        """The job's state, afresh when its nodes or GPU count changed (a new layout)."""
+    def _job_state(self, job_id: str, names: list[str], gpus: int, now: float) -> JobState:
+        """The job's state, afresh when its nodes or GPU count changed (a new layout); a new layout of
+        a job that wandered is presumed to wander (``wander_carry``)."""
         state = self.jobs.get(job_id)
         if state is None or state.nodes != tuple(names) or state.mu.shape[1] != gpus:
+            if state is not None:
+                self._note_routing(job_id, state, now)
             state = new_job_state(self.config, names, gpus)
+            state.carried_wander = self.config.wander_carry and job_id in self.routing_jobs
             self.jobs[job_id] = state
         return state
+
+    def _note_routing(self, job_id: str, state: JobState, now: float) -> None:
+        """A layout of the job ends: remember the job if it wandered (or was still presumed to), and
+        forget jobs not seen for ``wander_carry_s``."""
+        if state.wandered or presumed_wandering(self.config, state):
+            self.routing_jobs[job_id] = now
+        else:
+            self.routing_jobs.pop(job_id, None)
+        horizon = now - self.config.wander_carry_s
+        for old in [job for job, seen in self.routing_jobs.items() if seen < horizon]:
+            del self.routing_jobs[old]
 
     def _persist(
         self,

@@ -156,7 +156,7 @@ def learn(
     # from a window at -69 % while it loaded, then ran +5 % above that for 40 minutes, never
     # learnt as it counted as drifting, and was flagged). Layout offsets stay within max_offset:
     # a first window twice as far from the peers teaches nothing.
-    ok &= ~((state.count < cfg.min_history) & (np.abs(dev) > 2 * cfg.max_offset))
+    ok &= ~((state.count < cfg.min_history) & (np.abs(dev) > cfg.offset_first_limit))
     if state.slow_mean is not None:
         # A GPU drifting away for minutes may be a mild fault setting in: do not learn it, once
         # its first windows gave it an offset (a fault there from the start is capped instead).
@@ -167,7 +167,7 @@ def learn(
     # live window can catch one node already idle while its peers still compute (each node's
     # samples come from its own scrape times), and -270 % x 0.03 took the live demo's n0004 to the
     # -8 % cap in one window; it then ran at its real offset, 10 % above that, and was flagged.
-    delta = np.where(ok, np.clip(dev - state.mu, -cfg.max_offset, cfg.max_offset), 0.0)
+    delta = np.where(ok, np.clip(dev - state.mu, -cfg.offset_step, cfg.offset_step), 0.0)
     state.mu = np.clip(state.mu + alpha * delta, -cfg.max_offset, cfg.max_offset)
     state.var = np.where(ok, (1 - alpha) * (state.var + alpha * delta**2), state.var)
     state.count += ok

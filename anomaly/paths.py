@@ -119,19 +119,27 @@ def wanders(cfg: DetectorConfig, state: JobState, gauge: float | None = None) ->
     """Do the job's nodes wander by themselves (expert routing): its drift gauge now (``gauge``, where
     the caller has just measured it), or within the last ``wander_memory`` counted windows (a lull in
     the routing is not a new kind of job)?"""
-    if state.wander_left > 0:
+    if state.wander_left > 0 or presumed_wandering(cfg, state):
         return True
     return (pooled_spread(state.drift) if gauge is None else gauge) > cfg.wander_drift
+
+
+def presumed_wandering(cfg: DetectorConfig, state: JobState) -> bool:
+    """Until a layout's drift gauge has its full pool (``noise_windows`` means) it cannot say that the
+    job is calm: the job counts as wandering meanwhile where an earlier layout of it wandered (or every
+    job, with ``wander_until_learnt``)."""
+    return len(state.drift) < cfg.noise_windows and (state.carried_wander or cfg.wander_until_learnt)
 
 
 def note_wander(cfg: DetectorConfig, state: JobState, drift: float) -> bool:
     """The slow path's reading of the gauge, once per counted window: remembers a wander for
     ``wander_memory`` windows and counts the memory down."""
     if drift > cfg.wander_drift:
+        state.wandered = True
         state.wander_left = cfg.wander_memory
         return True
     state.wander_left = max(0, state.wander_left - 1)
-    return state.wander_left > 0
+    return state.wander_left > 0 or presumed_wandering(cfg, state)
 
 
 def _slow_scale(cfg: DetectorConfig, candidate: Candidate, mean: np.ndarray, drift: float) -> np.ndarray:

@@ -76,6 +76,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
             overrides[key] = None  # an optional setting left out (`slow_wait=none`)
             continue
         kind = type(getattr(DetectorConfig(), key))
+        if kind is bool:  # bool("false") is True
+            if value.lower() not in ("true", "false"):
+                raise argparse.ArgumentTypeError(f"{key}={value!r}: write true or false")
+            overrides[key] = value.lower() == "true"
+            continue
         try:
             overrides[key] = kind(value)
         except ValueError as exc:

@@ -2,16 +2,19 @@
 routing as calm (a drawn benign day's 3-node MoE job dipped below ``wander_drift`` for minutes after
 nine hours at 0.08-0.20, and its busiest node was flagged on the long path then), so a job counts as
 wandering for ``wander_memory`` counted windows after its gauge last read above, and then no longer;
-``wander_memory = 0`` is the gauge alone (docs/anomaly.md, "Routing that moves at once")."""
+``wander_memory = 0`` is the gauge alone (docs/anomaly.md, "Routing that moves at once"). And a job
+that wandered is presumed to wander in its next layout until that layout's gauge has learnt
+(``wander_carry``; docs/anomaly.md, "A new layout and a pipeline's last stage")."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from anomaly.detector import DetectorConfig
+from anomaly.detector import Detector, DetectorConfig
 from anomaly.job_model import new_job_state
 from anomaly.paths import note_wander, wanders
 from anomaly.state import JobState
+from anomaly.window import Window
 
 NODES = ["n0001", "n0002", "n0003"]
 
@@ -55,3 +58,64 @@ def test_without_memory_the_gauge_alone_decides() -> None:
     cfg = DetectorConfig(wander_memory=0)
     assert _windows_wandering_after_the_gauge_falls(cfg, 3) == [False, False, False]
     assert wanders(cfg, _job(cfg, 0.1)) and not wanders(cfg, _job(cfg, 0.01))
+
+
+# A job that routes experts still does after it restarts elsewhere (job_resize): the new layout's gauge
+# starts afresh and reads calm while the wander builds up (two drawn benign days' MoE jobs were flagged
+# 10-25 minutes into a new layout), so a new layout of a job that wandered is presumed to wander until
+# its own gauge has its full pool; a job that never wandered is not.
+
+FLEET = [f"n{i:04d}" for i in range(1, 7)]
+FIRST, SECOND = [0, 1, 2], [3, 4, 5]
+
+
+def _routed_window(i: int, rng: np.random.Generator, rows: list[int] | None, routing: bool) -> Window:
+    """Window ``i`` of job "7" on ``rows`` (None: the job is between layouts): with ``routing``, one
+    node 25 % busier than the others, a different one every six windows (expert routing)."""
+    window = Window.empty(1_800_000_000.0 + 30.0 * i, FLEET, 8)
+    load = np.ones(len(FLEET))
+    if rows is not None and routing:
+        load[rows[(i // 6) % len(rows)]] = 1.25
+    window.tensor = 0.4 * load[:, None] * (1.0 + rng.normal(0.0, 0.01, (len(FLEET), 8)))
+    window.power = 100.0 + 850.0 * window.tensor
+    window.sm_clock = np.full((len(FLEET), 8), 1980.0)
+    window.util = np.full((len(FLEET), 8), 100.0)
+    window.jobs = {} if rows is None else {"7": rows}
+    window.gpu_model = dict.fromkeys(range(len(FLEET)), "H100")
+    return window
+
+
+def _second_layout_wandering(routing: bool, carry: bool = True, gap: int = 2) -> list[bool]:
+    """80 windows on the first layout (routing or dense), ``gap`` windows without the job, then 80
+    calm windows on the second layout: per window there, does the job count as wandering?"""
+    cfg = DetectorConfig(wander_carry=carry)
+    detector = Detector(cfg)
+    rng = np.random.default_rng(5)
+    for i in range(80):
+        detector.step(_routed_window(i, rng, FIRST, routing))
+    assert detector.jobs["7"].wandered == routing  # the routing did read as wander on the first layout
+    for i in range(80, 80 + gap):
+        detector.step(_routed_window(i, rng, None, False))
+    seen = []
+    for i in range(80 + gap, 160 + gap):
+        detector.step(_routed_window(i, rng, SECOND, False))
+        state = detector.jobs["7"]
+        seen.append(wanders(cfg, state))
+    assert not detector.jobs["7"].wandered  # the second layout's own gauge never read a wander
+    return seen
+
+
+def test_a_new_layout_of_a_job_that_wandered_is_presumed_to_wander_until_its_gauge_has_learnt() -> None:
+    seen = _second_layout_wandering(routing=True)
+    assert seen[0] and seen[20]  # from the new layout's first window, across the gap
+    assert not seen[-1]  # its own full pool read calm: the gauge decides again
+    first_calm = seen.index(False)
+    assert all(seen[:first_calm]) and not any(seen[first_calm:])
+
+
+def test_a_new_layout_of_a_job_that_never_wandered_is_not_presumed_to() -> None:
+    assert not any(_second_layout_wandering(routing=False))
+
+
+def test_without_the_carry_a_new_layout_starts_from_its_gauge_alone() -> None:
+    assert not _second_layout_wandering(routing=True, carry=False)[0]
