@@ -154,8 +154,8 @@ def learn(
     # A GPU's first windows average with equal weights, so one window of a (re)start that is still
     # uneven would set an offset no layout has (demo: after job 4101 restarted, n0007 learnt -5 %
     # from a window at -69 % while it loaded, then ran +5 % above that for 40 minutes, never
-    # learnt as it counted as drifting, and was flagged). Layout offsets stay within max_offset:
-    # a first window twice as far from the peers teaches nothing.
+    # learnt as it counted as drifting, and was flagged). A first window further from the peers than
+    # offset_first_limit (16 %: twice the layout offsets the demo showed) teaches nothing.
     ok &= ~((state.count < cfg.min_history) & (np.abs(dev) > cfg.offset_first_limit))
     if state.slow_mean is not None:
         # A GPU drifting away for minutes may be a mild fault setting in: do not learn it, once

@@ -29,10 +29,10 @@ class DetectorConfig:
     own_drop: float = 0.05  # a straggler keeps (log) its own usual activity; waiting peers fall below it
     min_scale: float = 0.02  # floor of the scale: 2 % relative, below a window median's noise
     # The largest systematic offset a healthy GPU may learn: a pipeline's last stage does up to ~10 % more
-    # work (its LM head and loss; the benign days draw 3-10 %) and a GPU's silicon up to ~4 % (3.5 sigma
-    # of the twin's 1.2 %). At 0.08 a drawn day's last-stage GPU of a 12-node 70B job (+9 % stage, +4 %
-    # silicon: +13 %) kept a 5 % residual for 16 hours and was flagged 27 times on the long path
-    # (benign_day_4412).
+    # work (its LM head and loss; the benign days draw 3-10 %) and a GPU's silicon adds ~4 % (a part 2.5 %
+    # slower that draws 7 % more power and clocks lower). At 0.08 a drawn day's last-stage GPU of a 12-node
+    # 70B job (+9 % stage, such a part: +13 %) kept a 5 % residual for 16 hours and was flagged 27 times
+    # on the long path (benign_day_4412).
     max_offset: float = 0.14
     # A GPU's first windows teach nothing where they lie more than offset_first_limit from its peers (a
     # restart's uneven start-up: the demo's +27 %, +26 %, -69 %); later, one window moves an offset by at

@@ -40,9 +40,10 @@ def _run(factors: list[float], seed: int) -> tuple[Detector, list[Event]]:
 
 def test_an_uneven_restart_teaches_no_offset_and_raises_no_flag() -> None:
     """After a restart the first windows are uneven: the late node is 30 % above its peers, then
-    half of them while it loads. A layout offset is at most 8 %: such windows must not become the
-    node's normal. Before, it learnt -5 % from them, then ran +6 % (its real, healthy offset) above
-    that, counted as drifting so never learnt it, and the slow path flagged it after ~20 minutes."""
+    half of them while it loads. A first window more than 16 % from its peers teaches nothing
+    (``offset_first_limit``): such windows must not become the node's normal. Before, it learnt -5 %
+    from them, then ran +6 % (its real, healthy offset) above that, counted as drifting so never
+    learnt it, and the slow path flagged it after ~20 minutes."""
     # The first busy window only sets the job's level.
     detector, events = _run([1.0, 1.3, 1.3, 0.5] + [1.06] * 120, seed=5)
     assert [e.straggler.as_dict() for e in events if e.kind == "flag"] == []
