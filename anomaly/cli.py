@@ -17,6 +17,7 @@ from fleetsight import durations
 from fleetsight.logs import setup_logging
 from fleetsight.webconfig import listen_address, run_server, uvicorn_tls, web_config_option
 
+from .declared import DEFAULT_ROUTING_COMMENT, ROUTING_COMMENT_ENV, routing_comment_pattern
 from .jobs import DEFAULT_POD_LABEL_KEYS, pod_label_keys
 from .pace_cli import pace as pace_group
 from .sdc_cli import sdc as sdc_group
@@ -106,6 +107,16 @@ def _pod_owners(kubeconfig: Path | None) -> Any:
     "(comma-separated, as the pods carry them; dcgm-exporter's sanitised form is matched).",
 )
 @click.option(
+    "--routing-comment",
+    envvar=ROUTING_COMMENT_ENV,
+    default=DEFAULT_ROUTING_COMMENT,
+    show_default=True,
+    help="A regular expression (case-insensitive) a Slurm job's comment matches to declare that the "
+    "job routes experts (a MoE job): its nodes' load moves by design, and a straggler without a "
+    "hardware signal is held longer than routing lasts, from the job's first window. On "
+    "Kubernetes the pod label fleetsight.io/expert-routing=true says the same.",
+)
+@click.option(
     "--cluster",
     envvar="FLEETSIGHT_CLUSTER",
     default="",
@@ -146,6 +157,7 @@ def serve(
     window: str,
     step: str,
     job_pod_labels: str,
+    routing_comment: str,
     cluster: str,
     pod_owners: bool = False,
     kubeconfig: Path | None = None,
@@ -180,6 +192,10 @@ def serve(
     if interval <= 0:
         raise click.BadParameter("must be positive", param_hint="--interval")
     tls = uvicorn_tls(web_config_file)
+    try:
+        routing_comment_pattern(routing_comment)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--routing-comment") from None
     detector = DetectorConfig(sample_average_s=_interval_seconds(dcgm_interval))
     config = ServiceConfig(
         detector=detector,
@@ -189,6 +205,7 @@ def serve(
         window=window,
         step=step,
         pod_label_keys=pod_label_keys(job_pod_labels),
+        routing_comment=routing_comment,
         cluster=cluster,
         pod_owners=_pod_owners(kubeconfig) if pod_owners else None,
     )

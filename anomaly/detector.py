@@ -134,6 +134,8 @@ class Detector:
             if not node_idx:
                 continue
             state = self._job_state(job_id, [window.nodes[i] for i in node_idx], window.gpus, window.end)
+            ref = window.job_refs.get(job_id)
+            state.declared_routing = ref is not None and ref.declared_routing
             job_blind = reasons[node_idx] if reasons is not None else None
             if job_blind is not None and job_blind.any():
                 report_blind(job_id, window, node_idx, job_blind, blind_gpus, self.unseen, blind, unseen)
@@ -349,6 +351,8 @@ class Detector:
             if node_state.candidacy < cfg.wander_hold:
                 return  # expert routing keeps a node busiest for minutes: wait longer than that
             evidence["wander_windows"] = node_state.candidacy
+            if cfg.trust_declared_routing and job.declared_routing:
+                evidence["routing"] = "declared"  # why it was held: the job says it routes experts
         if path is not None:
             evidence["path"] = path
             if peers_wait is not None and math.isfinite(peers_wait):

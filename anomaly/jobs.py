@@ -17,6 +17,13 @@ Three sources, in order of trust:
    labels by default): the outermost controller above the pod, named ``<namespace>/<name>`` as above,
    so the same job has the same id whichever way it was found.
 
+**Declared expert routing.** A MoE job's load moves between its nodes by design, which the detector
+cannot tell from a straggler until it has watched the job for a while (docs/anomaly.md, "A job that
+says it routes"). Whoever submits the job knows: a Slurm job says so in its comment (the word
+``expert-routing``; ``FLEETSIGHT_ROUTING_COMMENT`` sets another pattern), a pod with the label
+``fleetsight.io/expert-routing: "true"`` (read from dcgm-exporter's pod labels, or from the pod in the
+API server). The job's ``JobRef.declared_routing`` carries it to the detector.
+
 A node a slurmrestd job holds is that job's; label-derived jobs only fill the nodes no slurmrestd job
 lists (a fleet of Slurm and Kubernetes nodes side by side, or slurmrestd down). Everything that names a
 job (the detector's groups, ``fleetsight_job_node_info``, ``fleetsight_node_jobs_info``, the straggler
@@ -26,12 +33,13 @@ series) takes the id from here, so the rules, the health service and the dashboa
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleetsight.settings import HPC_JOB_LABEL, KUBERNETES, SLURM
+
+from .declared import declares_routing, sanitize_label_name
 
 if TYPE_CHECKING:
     from .owners import PodOwners
@@ -49,13 +57,6 @@ DEFAULT_POD_LABEL_KEYS: tuple[str, ...] = (
 )
 POD_LABEL_KEYS_ENV = "FLEETSIGHT_JOB_POD_LABELS"
 
-_INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def sanitize_label_name(key: str) -> str:
-    """A pod label key as dcgm-exporter's utils.SanitizeLabelName writes it."""
-    return _INVALID_LABEL_CHARS.sub("_", key)
-
 
 def pod_label_keys(text: str | None = None) -> tuple[str, ...]:
     """The ordered key list from a comma-separated option or ``FLEETSIGHT_JOB_POD_LABELS``; the
@@ -72,6 +73,7 @@ class JobRef:
     id: str
     scheduler: str
     namespace: str = ""
+    declared_routing: bool = False  # the submitter says the job routes experts (module docstring)
 
 
 @dataclass(frozen=True)
@@ -89,15 +91,17 @@ class JobIdentity:
         if labels.get("hpc_job"):
             return JobRef(str(labels["hpc_job"]), HPC_JOB_LABEL)
         namespace = str(labels.get("namespace") or "")
+        routing = declares_routing(labels)
         for key in self._sanitised:
             name = labels.get(key)
             if name:
-                return JobRef(f"{namespace}/{name}" if namespace else str(name), KUBERNETES, namespace)
+                job = f"{namespace}/{name}" if namespace else str(name)
+                return JobRef(job, KUBERNETES, namespace, routing)
         pod = str(labels.get("pod") or "")
         if self.owners is not None and pod and namespace:
             owner = self.owners.owner(namespace, pod)
             if owner is not None:
-                return JobRef(f"{namespace}/{owner.name}", KUBERNETES, namespace)
+                return JobRef(f"{namespace}/{owner.name}", KUBERNETES, namespace, routing or owner.routing)
         return None
 
 
@@ -109,7 +113,9 @@ class JobMap:
     nodes: dict[str, set[str]] = field(default_factory=dict)
 
     def add(self, ref: JobRef, node: str) -> None:
-        self.refs.setdefault(ref.id, ref)
+        known = self.refs.setdefault(ref.id, ref)
+        if ref.declared_routing and not known.declared_routing:  # one pod that says so is enough
+            self.refs[ref.id] = ref
         self.nodes.setdefault(ref.id, set()).add(node)
 
     def node_jobs(self) -> dict[str, list[str]]:
@@ -131,15 +137,19 @@ def from_series(identity: JobIdentity, series: Iterable[tuple[str, Mapping[str, 
     return found
 
 
-def merge(slurm_jobs: Mapping[str, Iterable[str]] | None, labelled: JobMap) -> JobMap:
-    """slurmrestd's jobs on the nodes they hold; label-derived jobs on every other node."""
+def merge(
+    slurm_jobs: Mapping[str, Iterable[str]] | None, labelled: JobMap, routing: Collection[str] = ()
+) -> JobMap:
+    """slurmrestd's jobs on the nodes they hold (``routing``: the ids of those whose comment declares
+    expert routing); label-derived jobs on every other node."""
     if slurm_jobs is None:
         return labelled
     out = JobMap()
     held: set[str] = set()
     for job, members in slurm_jobs.items():
+        ref = JobRef(str(job), SLURM, declared_routing=str(job) in routing)
         for node in members:
-            out.add(JobRef(str(job), SLURM), node)
+            out.add(ref, node)
             held.add(node)
     for job, members in labelled.nodes.items():
         for node in sorted(members - held):

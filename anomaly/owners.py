@@ -28,6 +28,8 @@ from typing import Any
 
 from fleetsight.kubeapi import KubeAPI, KubeAPIError
 
+from .declared import declares_routing
+
 log = logging.getLogger("anomaly.owners")
 
 # The objects between a pod and its job that are read to go one owner further: kind -> API path.
@@ -47,6 +49,7 @@ class Owner:
 
     kind: str
     name: str
+    routing: bool = False  # the pod's labels declare expert routing (anomaly/jobs.py)
 
 
 def _controller(meta: dict[str, Any]) -> dict[str, Any] | None:
@@ -98,7 +101,8 @@ class PodOwners:
         ref = _controller(meta)
         if ref is None:
             return None  # a bare pod: no training controller made it
-        owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")))
+        routing = declares_routing(meta.get("labels") or {}, sanitised=False)
+        owner = Owner(str(ref.get("kind", "")), str(ref.get("name", "")), routing)
         path = INTERMEDIATE.get((_group(str(ref.get("apiVersion", ""))), owner.kind))
         if path is None:
             return owner
@@ -109,4 +113,4 @@ class PodOwners:
                 return owner  # the Job is gone while its pod lingers: the Job's name is the best left
             raise
         above = _controller(parent.get("metadata", {}))
-        return Owner(str(above["kind"]), str(above["name"])) if above else owner
+        return Owner(str(above["kind"]), str(above["name"]), routing) if above else owner

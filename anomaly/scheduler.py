@@ -9,10 +9,14 @@ same slurmrestd.
 from __future__ import annotations
 
 import os
+import re
+from typing import Any
 
 import httpx
 
-from fleetsight.slurmrest import SlurmRest, SlurmRestError, running_jobs
+from fleetsight.slurmrest import SlurmRest, SlurmRestError, job_comment, running_jobs
+
+from .declared import routing_comment_pattern
 
 
 def slurm_client(url: str, timeout: float, socket: str | None = None) -> SlurmRest:
@@ -26,12 +30,15 @@ def slurm_client(url: str, timeout: float, socket: str | None = None) -> SlurmRe
 
 
 class SchedulerJobs:
-    """Reads the running jobs from one slurmrestd; ``up`` and ``error`` say how the last read went."""
+    """Reads the running jobs from one slurmrestd; ``up`` and ``error`` say how the last read went,
+    ``routing`` which of the jobs declare expert routing in their comment (anomaly/declared.py)."""
 
     def __init__(self, url: str, timeout: float, socket: str | None = None) -> None:
         self.rest = slurm_client(url, timeout, socket)
+        self.routing_pattern = routing_comment_pattern()
         self.up: bool | None = None
         self.error = ""
+        self.routing: frozenset[str] = frozenset()
 
     def close(self) -> None:
         self.rest.client.close()
@@ -39,11 +46,24 @@ class SchedulerJobs:
     def read(self) -> dict[str, list[str]] | None:
         """Job id -> nodes of the running jobs; None when slurmrestd fails."""
         try:
-            jobs = running_jobs(self.rest.json("jobs"))
+            body = self.rest.json("jobs")
+            jobs = running_jobs(body)
         except (httpx.HTTPError, SlurmRestError, ValueError, KeyError, TypeError) as exc:
             self.up = False
             self.error = f"{type(exc).__name__}: {exc}"
             return None
         self.up = True
         self.error = ""
+        self.routing = routing_jobs(body, self.routing_pattern, jobs)
         return jobs
+
+
+def routing_jobs(
+    body: dict[str, Any], pattern: re.Pattern[str], running: dict[str, list[str]]
+) -> frozenset[str]:
+    """The running jobs of a slurmrestd jobs answer whose comment matches ``pattern``."""
+    return frozenset(
+        str(job["job_id"])
+        for job in body["jobs"]
+        if str(job.get("job_id")) in running and pattern.search(job_comment(job))
+    )

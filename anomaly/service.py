@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from fleetsight import auth
 
+from .declared import routing_comment_pattern
 from .detector import Blind, Detector, DetectorConfig, Event, Straggler
 from .jobs import JobIdentity, JobRef, pod_label_keys
 from .notify import HealthNotifier
@@ -50,6 +51,9 @@ class ServiceConfig:
     cluster: str = ""  # the `cluster` of the job-node series where the GPU series carry none
     # The API server's pod owners, for GPU pods without controller labels (anomaly/owners.py).
     pod_owners: PodOwners | None = None
+    # What a Slurm job's comment matches to declare expert routing (anomaly/declared.py); None:
+    # FLEETSIGHT_ROUTING_COMMENT, else the word expert-routing.
+    routing_comment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class AnomalyService:
             config.prometheus_url, Queries(config.window, config.step), config.slurm_url
         )
         self.source.identity = JobIdentity(tuple(config.pod_label_keys), config.pod_owners)
+        if self.source.slurm is not None:
+            self.source.slurm.routing_pattern = routing_comment_pattern(config.routing_comment)
         self.detector = Detector(config.detector)
         self.lock = threading.Lock()
         self.stop_event = threading.Event()

@@ -132,7 +132,9 @@ class PrometheusSource:
                     raise SourceError(f"{self.url}: no recorded window ({tensor})")
                 results = self._read_raw(end)
             gpus, nodes, labels = results
-            window = window_from_values(end, gpus, nodes, self.slurm_jobs(), self.identity, labels)
+            slurm = self.slurm_jobs()
+            routing = self.slurm.routing if self.slurm is not None and slurm is not None else frozenset()
+            window = window_from_values(end, gpus, nodes, slurm, self.identity, labels, routing)
         if self.mode_now == "recorded":
             window.evidence_loader = self._load_evidence
         return window

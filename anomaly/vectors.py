@@ -8,7 +8,7 @@ build windows from recorded answers with it, without a Prometheus.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -106,10 +106,12 @@ def window_from_values(
     slurm_jobs: dict[str, list[str]] | None,
     identity: JobIdentity | None,
     labelled: list[dict[str, Any]],
+    routing: Collection[str] = (),
 ) -> Window:
     """The window of either mode: the nodes and GPUs are those with a tensor or power value; jobs,
     models and clusters come from ``labelled`` (the raw tensor and power series, or the recorded job
-    labels, one series per node and job), on those nodes only."""
+    labels, one series per node and job), on those nodes only; ``routing``: the Slurm jobs whose
+    comment declares expert routing."""
     present = [gpu_fields[key] for key in ("tensor", "power") if key in gpu_fields]
     names = sorted(set().union(*(vector.nodes for vector in present)))
     index = {name: i for i, name in enumerate(names)}
@@ -132,7 +134,7 @@ def window_from_values(
             models[node] = labels["modelName"]
         if labels.get("cluster"):
             clusters[node] = labels["cluster"]
-    jobs = merge(slurm_jobs, from_series(identity or JobIdentity(), series))
+    jobs = merge(slurm_jobs, from_series(identity or JobIdentity(), series), routing)
     window.jobs = {
         job: [index[n] for n in sorted(members) if n in index]
         for job, members in sorted(jobs.nodes.items())

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from anomaly import jobs as job_identity
+from anomaly.declared import routing_comment_pattern
+from anomaly.scheduler import routing_jobs
 from anomaly.window import THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_THERMAL, Window
 from twin import dcgm
 from twin import scenario as scenario_mod
@@ -65,6 +67,7 @@ class TwinFeed:
         self.published_ids = {f.id for f in dcgm.metric_fields(str(self.scenario.dcgm.counters))}
         self.step_times: dict[str, list[tuple[float, float]]] = {}
         self.truth_source = "measured step times"
+        self.routing_pattern = routing_comment_pattern()
 
     def _sample(self) -> dict[str, np.ndarray]:
         sim = self.sim
@@ -145,7 +148,11 @@ class TwinFeed:
             if not _on_slurm(settings, job)
             for i in job.nodes
         ]
-        found = job_identity.merge(slurm, job_identity.from_series(job_identity.JobIdentity(), series))
+        # The Slurm jobs' comments as slurmrestd serves them, read by the service's own code.
+        comments = {"jobs": [{"job_id": j.spec.id, "comment": j.spec.slurm_comment} for j in running]}
+        routing = routing_jobs(comments, self.routing_pattern, slurm)
+        labelled = job_identity.from_series(job_identity.JobIdentity(), series)
+        found = job_identity.merge(slurm, labelled, routing)
         index = {name: i for i, name in enumerate(window.nodes)}
         window.jobs = {job: sorted(index[n] for n in nodes) for job, nodes in sorted(found.nodes.items())}
         window.job_refs = dict(found.refs)

@@ -226,6 +226,15 @@ def _allocated_names(allocated: Any) -> list[str]:
     return [str(n["nodename"]) for n in allocated if isinstance(n, dict) and n.get("nodename")]
 
 
+def job_comment(job: dict[str, Any]) -> str:
+    """The submitter's comment (``sbatch --comment``): a string in every version FleetSight reads;
+    an object of strings is read too, should a version group its comments."""
+    comment = job.get("comment")
+    if isinstance(comment, dict):
+        return " ".join(str(v) for v in comment.values() if isinstance(v, str))
+    return comment if isinstance(comment, str) else ""
+
+
 def running_jobs(body: dict[str, Any]) -> dict[str, list[str]]:
     """Job id -> nodes of the RUNNING jobs of a slurmrestd ``GET /slurm/v0.0.NN/jobs`` answer."""
     out: dict[str, list[str]] = {}

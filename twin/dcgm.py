@@ -203,6 +203,8 @@ def job_pod(sim: Simulation, node: int, job: JobRun) -> PodInfo:
         name, labels = jobset_pod(spec.name, rank, spec.size)
         container = POD_CONTAINER
     labels["fleetsight.io/job-id"] = spec.id
+    if spec.declares_routing:
+        labels["fleetsight.io/expert-routing"] = "true"  # the submitter's word (anomaly/declared.py)
     return PodInfo(name, spec.namespace, container, uid, labels)
 
 

@@ -400,7 +400,7 @@ def slurm_jobs(sim: Simulation) -> dict[str, Any]:
                 "end_time": _number(ended),
                 "time_limit": _number((job.spec.end - job.spec.start) / 60.0),
                 "requeue": job.spec.restart == "requeue",
-                "comment": f"model profile {job.spec.profile}",
+                "comment": job.spec.slurm_comment,
             }
         )
     now = _number(sim.unix())

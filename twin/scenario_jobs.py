@@ -63,6 +63,7 @@ JOB_KEYS = {
     "controller",
     "namespace",
     "replica_log",
+    "declares_routing",
 }
 JOB_SCHEDULERS = ("", "slurm", "kubernetes")
 JOB_CONTROLLERS = ("jobset", "pytorchjob")
@@ -113,14 +114,17 @@ def read_job(raw: Any, index: int, known: set[str], duration: float) -> JobSpec:
         scheduler=scheduler,
         controller=controller,
         namespace=str(raw.get("namespace", "training")),
-        replica_log=_replica_log(raw, where),
+        replica_log=_flag(raw, "replica_log", False, where),
+        declares_routing=_flag(
+            raw, "declares_routing", MODEL_PROFILES[profile]["expert_imbalance"] > 0, where
+        ),
     )
 
 
-def _replica_log(raw: dict[str, Any], where: str) -> bool:
-    value = raw.get("replica_log", False)
+def _flag(raw: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    value = raw.get(key, default)
     if not isinstance(value, bool):
-        raise ScenarioError(f"{where}.replica_log: expected true or false, got {value!r}")
+        raise ScenarioError(f"{where}.{key}: expected true or false, got {value!r}")
     return value
 
 

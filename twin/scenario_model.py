@@ -154,10 +154,20 @@ class JobSpec:
     # The job also logs one key=value line per data-parallel replica and step (twin/sdc_faults.py):
     # what a job that wants its silent corruption found prints (docs/anomaly.md).
     replica_log: bool = False
+    # The submitter says the job routes experts: in its Slurm comment (the word expert-routing) and as
+    # its pods' label fleetsight.io/expert-routing (anomaly/declared.py). Scenario key declares_routing;
+    # by default a MoE profile's jobs do, the others not.
+    declares_routing: bool = False
 
     @property
     def size(self) -> int:
         return self.nodes if isinstance(self.nodes, int) else len(self.nodes)
+
+    @property
+    def slurm_comment(self) -> str:
+        """What the submitter writes in ``sbatch --comment``: the model, and expert-routing where the
+        job declares it (anomaly/declared.py reads the word)."""
+        return f"model profile {self.profile}" + (" expert-routing" if self.declares_routing else "")
 
 
 @dataclass(frozen=True)

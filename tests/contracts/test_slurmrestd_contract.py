@@ -24,9 +24,10 @@ import jsonschema
 import pytest
 from health_helpers import scheduler_views
 
+from anomaly.jobs import JobMap, merge
 from anomaly.source import PrometheusSource
 from fleetsight.procs import kill_group, terminate_group
-from fleetsight.slurmrest import SlurmRest, job_nodes, running_jobs, versions_offered
+from fleetsight.slurmrest import SlurmRest, job_comment, job_nodes, running_jobs, versions_offered
 from health.slurm_local import LocalSlurm, missing
 from support import free_port, wait_until
 
@@ -35,9 +36,12 @@ NODES = ["n0001", "n0002", "n0003"]
 SERVED = ["v0.0.38", "v0.0.37", "v0.0.36"]  # 22.05's openapi/slurmctld plugins, newest first
 HOST = "http://slurmrestd"  # on a UNIX socket the host part is not used
 UNUSED_PROMETHEUS = "http://127.0.0.1:9"  # the job reader alone is under test: no PromQL is sent
-# What FleetSight reads of each object (fleetsight.slurmrest.job_states/job_nodes; health.sources's
-# node states), and of that what must be there.
-JOB_FIELDS, JOB_NEEDED = ("job_id", "job_state", "nodes", "job_resources"), ("job_id", "job_state", "nodes")
+COMMENT = "model profile moe-8x22b expert-routing"
+SBATCH_TWO_NODES = ["sbatch", "--parsable", "-N2", "-w", "n0001,n0002", "-o", "/dev/null"]
+# What FleetSight reads of each object (fleetsight.slurmrest.job_states, job_nodes, job_comment;
+# health.sources's node states), and of that what must be there.
+JOB_FIELDS = ("job_id", "job_state", "nodes", "job_resources", "comment")
+JOB_NEEDED = ("job_id", "job_state", "nodes")
 NODE_FIELDS, NODE_NEEDED = ("name", "state", "state_flags", "reason", "partitions"), ("name", "state")
 # Where the twin's v0.0.40 (23.11) shape differs from 22.05's v0.0.38 spec in those fields: both
 # readers take either form (job_state / state: a word up to v0.0.39, a list of words from v0.0.40).
@@ -105,9 +109,10 @@ def real_get(socket: Path, path: str) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def job(cluster: LocalSlurm, socket: Path) -> Iterator[str]:
-    """A real two-node batch job, RUNNING in slurmctld's eyes before the tests read it."""
+    """A real two-node batch job, RUNNING in slurmctld's eyes before the tests read it; its comment
+    declares expert routing (anomaly/declared.py), as a MoE job's submitter writes it."""
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "-N2", "-w", "n0001,n0002", "-o", "/dev/null", "--wrap", "sleep 600"],
+        [*SBATCH_TWO_NODES, "--comment", COMMENT, "--wrap", "sleep 600"],
         env=cluster.env,
         capture_output=True,
         text=True,
@@ -173,6 +178,29 @@ def test_the_anomaly_job_reader_finds_the_running_job_and_its_nodes(socket: Path
         source.close()
     assert source.slurm_up is True, source.slurm_error
     assert jobs == {job: ["n0001", "n0002"]}
+
+
+@pytest.mark.parametrize("version", SERVED)
+def test_the_anomaly_job_reader_reads_the_jobs_declared_routing_from_its_comment(
+    socket: Path, job: str, version: str
+) -> None:
+    """``sbatch --comment`` as slurmrestd serves it in each version: the job declares expert routing,
+    and the window's job carries it (what the detector trusts from the job's first window)."""
+    (real,) = [
+        j for j in real_get(socket, f"/slurm/{version}/jobs").json()["jobs"] if str(j["job_id"]) == job
+    ]
+    assert job_comment(real) == COMMENT, real.get("comment")
+    source = PrometheusSource(
+        UNUSED_PROMETHEUS, slurm_url=f"{HOST}/slurm/{version}", slurm_socket=str(socket)
+    )
+    try:
+        jobs = source.slurm_jobs()
+        routing = source.slurm.routing if source.slurm is not None else None
+    finally:
+        source.close()
+    assert jobs == {job: ["n0001", "n0002"]} and routing == {job}
+    merged = merge(jobs, JobMap(), routing)
+    assert merged.refs[job].declared_routing is True
 
 
 def test_the_anomaly_job_reader_reports_a_version_the_server_does_not_serve(socket: Path, job: str) -> None:

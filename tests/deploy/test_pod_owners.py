@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kube import NAMESPACE, RELEASE, Cluster
 
+from anomaly.declared import ROUTING_POD_LABEL
 from anomaly.jobs import JobIdentity, from_series
 from anomaly.owners import RETRY_AFTER_S, Owner, PodOwners
 from fleetsight.kubeapi import from_kubeconfig
@@ -30,8 +31,8 @@ def owner_ref(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
 
 
-def pod(name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
+def pod(name: str, owner: dict[str, Any] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
     if owner:
         meta["ownerReferences"] = [owner]
     return {"metadata": meta, "spec": {"containers": [{"name": "trainer", "image": "example.org/train:1"}]}}
@@ -83,7 +84,8 @@ def training_objects(release: Cluster) -> dict[str, str]:
         ),
     )
     pytorchjob = owner_ref("kubeflow.org/v1", "PyTorchJob", "finetune-o", str(uuid.uuid4()))
-    release.create(f"{core}/pods", pod("finetune-o-master-0", pytorchjob))
+    # A MoE fine-tune whose submitter says it routes experts (anomaly/declared.py).
+    release.create(f"{core}/pods", pod("finetune-o-master-0", pytorchjob, {ROUTING_POD_LABEL: "true"}))
     lws = owner_ref("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "serve-o", str(uuid.uuid4()))
     sts = release.create(f"{apps}/statefulsets", statefulset("serve-o", lws))
     release.create(
@@ -128,6 +130,17 @@ def test_the_anomaly_service_account_names_each_controllers_job_from_unlabelled_
     assert found == wanted  # the bare pod (gpu-4) is in no job
     assert owners.errors == 0, owners.last_error
     assert owners.owner(TEAM, "serve-o-0") == Owner("LeaderWorkerSet", "serve-o")
+
+
+def test_a_pods_label_declares_its_jobs_expert_routing(
+    training_objects: dict[str, str], owners: PodOwners
+) -> None:
+    """The GPU operator's series carry no pod labels: the declaration is read from the pod itself."""
+    assert owners.owner(TEAM, "finetune-o-master-0") == Owner("PyTorchJob", "finetune-o", routing=True)
+    ref = JobIdentity(owners=owners).of_labels({"pod": "finetune-o-master-0", "namespace": TEAM})
+    assert ref is not None and ref.id == f"{TEAM}/finetune-o" and ref.declared_routing
+    ref = JobIdentity(owners=owners).of_labels({"pod": "pretrain-o-workers-0-0", "namespace": TEAM})
+    assert ref is not None and not ref.declared_routing
 
 
 def test_controller_labels_still_win_over_owners(training_objects: dict[str, str], owners: PodOwners) -> None:
