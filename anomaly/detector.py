@@ -351,7 +351,7 @@ class Detector:
             if node_state.candidacy < cfg.wander_hold:
                 return  # expert routing keeps a node busiest for minutes: wait longer than that
             evidence["wander_windows"] = node_state.candidacy
-            if cfg.trust_declared_routing and job.declared_routing:
+            if job.declared_routing and len(job.nodes) < cfg.declared_routing_below:
                 evidence["routing"] = "declared"  # why it was held: the job says it routes experts
         if path is not None:
             evidence["path"] = path

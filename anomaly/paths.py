@@ -125,11 +125,11 @@ def wanders(cfg: DetectorConfig, state: JobState, gauge: float | None = None) ->
 
 
 def presumed_wandering(cfg: DetectorConfig, state: JobState) -> bool:
-    """A job that declares its expert routing wanders, always (``trust_declared_routing``). Otherwise,
-    until a layout's drift gauge has its full pool (``noise_windows`` means) it cannot say that the job
-    is calm: the job counts as wandering meanwhile where an earlier layout of it wandered (or every
-    job, with ``wander_until_learnt``)."""
-    if cfg.trust_declared_routing and state.declared_routing:
+    """A job of a few nodes that declares its expert routing wanders, always (``declared_routing_below``).
+    Otherwise, until a layout's drift gauge has its full pool (``noise_windows`` means) it cannot say
+    that the job is calm: the job counts as wandering meanwhile where an earlier layout of it wandered
+    (or every job, with ``wander_until_learnt``)."""
+    if state.declared_routing and len(state.nodes) < cfg.declared_routing_below:
         return True
     return len(state.drift) < cfg.noise_windows and (state.carried_wander or cfg.wander_until_learnt)
 

@@ -146,11 +146,13 @@ class DetectorConfig:
     wander_until_learnt: bool = False
     wander_carry_s: float = 86_400.0  # how long a job that ended while wandering is remembered
     # Whoever submits a MoE job knows it routes experts, from its first step: a job that says so (a
-    # Slurm comment, a pod label: anomaly/declared.py) counts as wandering for as long as it runs, every
-    # layout, from its first window. The gauge never reads such a job calm: expert routing has calm
-    # spells (benign_day_4418's 2-node job crossed, then read 0.022 on a full pool) and a straggler
-    # found in one would be routing's luck. A job that says nothing is read by its gauge, as before.
-    trust_declared_routing: bool = True
+    # Slurm comment, a pod label: anomaly/declared.py) and has fewer nodes than this counts as
+    # wandering for as long as it runs, every layout, from its first window. Small jobs only: there the
+    # gauge pools a few nodes' means and reads a wander late or not at all (every false flag on the
+    # drawn days was in a 2-6-node MoE job, 10-40 minutes into routing), while a job of 8 or more
+    # nodes gives it enough at once, and holding every declared job cost gray nodes in 8-53-node MoE
+    # jobs 5-6 minutes (docs/anomaly.md, "A job that says it routes"). 0: the declaration is not used.
+    declared_routing_below: int = 8
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor
@@ -291,7 +293,7 @@ class JobState:
     wander_left: int = 0  # counted windows the job still counts as wandering (DetectorConfig.wander_memory)
     wandered: bool = False  # the gauge read above wander_drift in this layout
     carried_wander: bool = False  # an earlier layout of the job wandered (DetectorConfig.wander_carry)
-    declared_routing: bool = False  # the job says it routes experts (DetectorConfig.trust_declared_routing)
+    declared_routing: bool = False  # the job says it routes experts (DetectorConfig.declared_routing_below)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """A job that says it routes experts (anomaly/declared.py): read from a Slurm job's comment and from a
-pod's labels, carried on the job's JobRef, and trusted by the detector from the job's first window
-(``DetectorConfig.trust_declared_routing``; docs/anomaly.md, "A job that says it routes").
+pod's labels, carried on the job's JobRef, and trusted by the detector from the job's first window in
+jobs of a few nodes (``DetectorConfig.declared_routing_below``; docs/anomaly.md, "A job that says it
+routes").
 
 The real producers' side is tested elsewhere: Debian's slurmrestd serving a job's ``--comment``
 (tests/contracts/test_slurmrestd_contract.py) and the API server giving a pod's labels to the owners
@@ -26,7 +27,7 @@ from twin.scenario import load as load_scenario
 
 # A 4-node MoE job whose expert routing starts 15 minutes in and hands the busiest place on every
 # 3 minutes at 14 % (benign_day_4417's job 84170 was flagged 7 times in such a start), beside a dense
-# job. Seed 2 is one of the 5 in 12 seeds where the gauge alone lets routing through (seeds 1-12:
+# job. Seed 2 is one of the 4 in 12 seeds where the gauge alone lets routing through (seeds 1-12:
 # docs/anomaly.md).
 FIRST_ROUTING = """\
 name: moe_first_routing
@@ -132,7 +133,7 @@ def test_a_declared_moe_jobs_first_routing_is_held_where_the_gauge_alone_flags_i
     before the gauge has learnt that the job wanders."""
     detectors = {
         "trusted": lambda s: Detector(DetectorConfig(sample_average_s=s)),
-        "gauge": lambda s: Detector(DetectorConfig(sample_average_s=s, trust_declared_routing=False)),
+        "gauge": lambda s: Detector(DetectorConfig(sample_average_s=s, declared_routing_below=0)),
     }
     run = evaluation.run_scenario(_scenario(tmp_path), sample_window=5.0, detectors=detectors)
     assert run.fault_free
