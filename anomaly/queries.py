@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fleetsight.dcgm import names_of
 
+from .declared import ROUTING_POD_LABEL
 from .jobs import DEFAULT_POD_LABEL_KEYS, sanitize_label_name
 from .window import CLOCK_EVENTS, THROTTLE_HW_POWER_BRAKE, THROTTLE_HW_THERMAL, THROTTLE_SW_THERMAL
 
@@ -41,6 +42,7 @@ JOB_LABELS = (
     "namespace",
     "pod",
     *map(sanitize_label_name, DEFAULT_POD_LABEL_KEYS),
+    sanitize_label_name(ROUTING_POD_LABEL),  # a job that says it routes experts (anomaly/declared.py)
 )
 
 

@@ -59,7 +59,9 @@ def gpu_labels(node: str, gpu: int) -> dict[str, str]:
     labels = {"cluster": "c1", "node": node, "Hostname": node, "gpu": str(gpu), "UUID": f"GPU-{node}-{gpu}"}
     labels["modelName"] = "NVIDIA H100 80GB HBM3"
     if node == "n03":  # a JobSet's pod (Kubernetes), the others a Slurm job by hpc_job
+        # a MoE job that says it routes experts (anomaly/declared.py): the pod label, sanitised
         labels.update(namespace="team-a", jobset_sigs_k8s_io_jobset_name="pretrain")
+        labels.update(fleetsight_io_expert_routing="true")
     else:
         labels["hpc_job"] = "42"
     return labels
@@ -177,6 +179,8 @@ def assert_same_window(raw: Window, recorded: Window) -> None:
         np.testing.assert_array_equal(getattr(recorded, key), getattr(raw, key), err_msg=key)
     assert recorded.jobs == raw.jobs == {"42": [0, 1], "team-a/pretrain": [2]}
     assert recorded.job_refs == raw.job_refs
+    assert recorded.job_refs["team-a/pretrain"].declared_routing  # the recorded job labels keep it
+    assert not recorded.job_refs["42"].declared_routing
     assert recorded.gpu_model == raw.gpu_model and recorded.node_cluster == raw.node_cluster
 
 
