@@ -135,7 +135,10 @@ class Detector:
                 continue
             state = self._job_state(job_id, [window.nodes[i] for i in node_idx], window.gpus, window.end)
             ref = window.job_refs.get(job_id)
-            state.declared_routing = ref is not None and ref.declared_routing
+            if ref is not None and ref.declared_routing:
+                # Kept for the layout: a cycle without slurmrestd (jobs from hpc_job labels alone)
+                # must not make a job that said it routes look calm.
+                state.declared_routing = True
             job_blind = reasons[node_idx] if reasons is not None else None
             if job_blind is not None and job_blind.any():
                 report_blind(job_id, window, node_idx, job_blind, blind_gpus, self.unseen, blind, unseen)

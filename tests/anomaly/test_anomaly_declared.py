@@ -20,8 +20,10 @@ from anomaly.declared import (
     routing_comment_pattern,
 )
 from anomaly.detector import Detector, DetectorConfig
-from anomaly.jobs import KUBERNETES, SLURM, JobIdentity, JobMap, JobRef, from_series, merge
+from anomaly.jobs import HPC_JOB_LABEL, KUBERNETES, SLURM, JobIdentity, JobMap, JobRef, from_series, merge
+from anomaly.paths import presumed_wandering
 from anomaly.scheduler import routing_jobs
+from anomaly.window import Window
 from evaluation.anomaly_feed import TwinFeed
 from twin.scenario import load as load_scenario
 
@@ -148,3 +150,19 @@ def test_a_job_that_says_nothing_is_read_by_its_gauge_as_before(tmp_path: Path) 
     run = evaluation.run_scenario(_scenario(tmp_path, declares=False), sample_window=5.0)
     flags = [e.straggler for e in run.events["detector"] if e.kind == "flag"]
     assert flags and {f.job for f in flags} == {"7"}, flags
+
+
+def test_a_declaration_is_kept_for_the_layout_when_a_cycle_loses_the_comment() -> None:
+    """slurmrestd down for a cycle: the job comes from dcgm-exporter's hpc_job label alone, which says
+    nothing of routing. The job said it routes; one silent cycle must not make it calm."""
+    detector = Detector(DetectorConfig())
+    nodes = ["n0001", "n0002", "n0003", "n0004"]
+    said = Window.empty(1000.0, nodes, 8)
+    said.jobs, said.job_refs = {"11": [0, 1, 2, 3]}, {"11": JobRef("11", SLURM, declared_routing=True)}
+    detector.step(said)
+    silent = Window.empty(1030.0, nodes, 8)
+    silent.jobs, silent.job_refs = {"11": [0, 1, 2, 3]}, {"11": JobRef("11", HPC_JOB_LABEL)}
+    detector.step(silent)
+    state = detector.jobs["11"]
+    assert state.declared_routing and presumed_wandering(detector.config, state)
+    assert not presumed_wandering(DetectorConfig(declared_routing_below=0), state)
