@@ -351,7 +351,7 @@ class Detector:
         exempt = node_state.stepped and len(job.nodes) < cfg.step_exempt_below
         held = not hardware and not exempt and wanders(cfg, job)
         if path is not None and held:
-            if node_state.candidacy < cfg.wander_hold:
+            if node_state.candidacy < _hold(cfg, path):
                 return  # expert routing keeps a node busiest for minutes: wait longer than that
             evidence["wander_windows"] = node_state.candidacy
             if job.declared_routing and len(job.nodes) < cfg.declared_routing_below:
@@ -369,6 +369,15 @@ class Detector:
                 candidate.job, name, cause, named, node_z, window.end, evidence, window.end
             )
             events.append(Event("flag", window.end, node_state.flag))
+
+
+def _hold(cfg: DetectorConfig, path: str) -> int:
+    """Counted windows a candidate of a wandering job must last before a flag without a hardware cause
+    (DetectorConfig.wander_hold_persistent). The mild path waits longer only where the fast path runs:
+    without it (1-s samples, or off) loud gray nodes come through the mild path too (moe_gray_x14_8n's
+    x1.4 node at 1-s samples: flagged at 1,110 s of its 1,200-s fault after 12 windows)."""
+    fast_on = cfg.fast_windows > 0 and cfg.sample_average_s >= cfg.fast_min_sample_s
+    return cfg.wander_hold_persistent if path == "persistent" and fast_on else cfg.wander_hold
 
 
 def _impact(

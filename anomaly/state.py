@@ -122,6 +122,16 @@ class DetectorConfig:
     # held (nor, where step_exempt_below says so, a small job's sudden lasting rise). A 40 %
     # straggler in an 8-node MoE job (moe_gray_x14_8n) is flagged 90 s later for it.
     wander_hold: int = 12
+    # A mild candidate (the persistent path: z_threshold..z_strong in k of n windows) waits longer,
+    # wander_hold_persistent windows (10 minutes). MoE expert load also wanders slowly by itself (the
+    # twin: an Ornstein-Uhlenbeck walk with a 10-minute memory) and, added to a routing span, kept a
+    # drawn day's 8-node MoE node 19-27 % above its peers for 9.5 minutes while three others took
+    # their turns (benign_day_4420 n0015, z 4.1); gen_3008's 32-node MoE job was flagged so too. A
+    # strong or fast candidate (a loud gray node) still waits wander_hold: holding every path 20
+    # windows found a x1.5 gray node in a declared 4-node MoE job in 1 of 10 seeds instead of 6. Only
+    # where the fast path runs (5-s samples): at 1-s samples a loud gray node comes through the mild
+    # path, and moe_gray_x14_8n's x1.4 node took 12 windows of its 20-minute fault as it was.
+    wander_hold_persistent: int = 20
     # The step path's hits were exempt from the hold (routing was taken to move load slowly), but the
     # twin's routing hands the busiest place to another node from one window to the next, a sudden
     # lasting rise: the benign training day's 4-node job 7205 was flagged twice so at 5-s samples, and
