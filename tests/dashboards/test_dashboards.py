@@ -32,6 +32,7 @@ from fleetsight.settings import REPO_ROOT, Settings
 from support import StackEnv, free_port_base, wait_until
 
 METRIC = re.compile(r"\b(DCGM_F[A-Z_]+|fleetsight_[a-z0-9_]+|ALERTS|up)\b")
+LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 # Where the code that publishes a series lives, for series that appear only when something happens
 # (alerts, straggler flags, health states, Lustre server jobstats).
 PUBLISHERS = ("rules", "anomaly", "health", "exporters", "checks", "fleet")
@@ -66,7 +67,9 @@ def test_a_schema_error_is_caught(tmp_path: Path) -> None:
 
 
 def metrics_of(expr: str) -> set[str]:
-    return set(METRIC.findall(expr))
+    """Metric names an expression reads; the label lists of its grouping and matching clauses are not
+    read series (a pod label dcgm-exporter publishes, fleetsight_io_expert_routing, is one)."""
+    return set(METRIC.findall(LABEL_LIST.sub("", expr)))
 
 
 def aliased_away(names: set[str], produced: set[str]) -> set[str]:
