@@ -178,6 +178,7 @@ def serve(
     """
     from fleetsight import auth
 
+    from .paths import fast_path_runs
     from .service import AnomalyService, ServiceConfig, create_app
     from .state import DetectorConfig
 
@@ -219,7 +220,7 @@ def serve(
                 "prometheus_url": prometheus_url,
                 "slurm_url": slurm_url,
                 "dcgm_interval_s": detector.sample_average_s,
-                "fast_path": detector.sample_average_s >= detector.fast_min_sample_s,
+                "fast_path": fast_path_runs(detector),
             }
         )
     )

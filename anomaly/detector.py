@@ -56,8 +56,10 @@ from .cause import cause_of, gpu_scope, job_impact
 from .covariance import OutlierModel
 from .job_model import learn, new_job_state, score_job
 from .paths import (
+    declared_wandering,
     disturbed,
     fast_path,
+    fast_path_runs,
     hardware_path,
     long_path,
     presumed_wandering,
@@ -221,7 +223,7 @@ class Detector:
         # Their utilisation is an evidence field, read on demand: only then.
         # Nor in the first window after the job paused as a whole (see JobState.after_pause).
         looking = hit.any(axis=1)
-        off = cfg.fast_windows <= 0 or cfg.sample_average_s < cfg.fast_min_sample_s or state.after_pause
+        off = not fast_path_runs(cfg) or state.after_pause
         if off or any(node.flag is not None for node in state.node_state.values()):
             looking[:] = False
         state.after_pause = False
@@ -354,7 +356,7 @@ class Detector:
             if node_state.candidacy < _hold(cfg, path):
                 return  # expert routing keeps a node busiest for minutes: wait longer than that
             evidence["wander_windows"] = node_state.candidacy
-            if job.declared_routing and len(job.nodes) < cfg.declared_routing_below:
+            if declared_wandering(cfg, job):
                 evidence["routing"] = "declared"  # why it was held: the job says it routes experts
         if path is not None:
             evidence["path"] = path
@@ -376,8 +378,8 @@ def _hold(cfg: DetectorConfig, path: str) -> int:
     (DetectorConfig.wander_hold_persistent). The mild path waits longer only where the fast path runs:
     without it (1-s samples, or off) loud gray nodes come through the mild path too (moe_gray_x14_8n's
     x1.4 node at 1-s samples: flagged at 1,110 s of its 1,200-s fault after 12 windows)."""
-    fast_on = cfg.fast_windows > 0 and cfg.sample_average_s >= cfg.fast_min_sample_s
-    return cfg.wander_hold_persistent if path == "persistent" and fast_on else cfg.wander_hold
+    mild = path == "persistent" and fast_path_runs(cfg)
+    return cfg.wander_hold_persistent if mild else cfg.wander_hold
 
 
 def _impact(

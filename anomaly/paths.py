@@ -124,12 +124,23 @@ def wanders(cfg: DetectorConfig, state: JobState, gauge: float | None = None) ->
     return (pooled_spread(state.drift) if gauge is None else gauge) > cfg.wander_drift
 
 
+def declared_wandering(cfg: DetectorConfig, state: JobState) -> bool:
+    """The job declares its expert routing and is small enough for that to count
+    (``declared_routing_below``)."""
+    return state.declared_routing and len(state.nodes) < cfg.declared_routing_below
+
+
+def fast_path_runs(cfg: DetectorConfig) -> bool:
+    """The fast path is on and each sample averages long enough for it (``fast_min_sample_s``)."""
+    return cfg.fast_windows > 0 and cfg.sample_average_s >= cfg.fast_min_sample_s
+
+
 def presumed_wandering(cfg: DetectorConfig, state: JobState) -> bool:
-    """A job of a few nodes that declares its expert routing wanders, always (``declared_routing_below``).
+    """A job of a few nodes that declares its expert routing wanders, always (``declared_wandering``).
     Otherwise, until a layout's drift gauge has its full pool (``noise_windows`` means) it cannot say
     that the job is calm: the job counts as wandering meanwhile where an earlier layout of it wandered
     (or every job, with ``wander_until_learnt``)."""
-    if state.declared_routing and len(state.nodes) < cfg.declared_routing_below:
+    if declared_wandering(cfg, state):
         return True
     return len(state.drift) < cfg.noise_windows and (state.carried_wander or cfg.wander_until_learnt)
 
