@@ -159,10 +159,13 @@ class DetectorConfig:
     # Slurm comment, a pod label: anomaly/declared.py) and has fewer nodes than this counts as
     # wandering for as long as it runs, every layout, from its first window. Small jobs only: there the
     # gauge pools a few nodes' means and reads a wander late or not at all (every false flag on the
-    # drawn days was in a 2-6-node MoE job, 10-40 minutes into routing), while a job of 8 or more
-    # nodes gives it enough at once, and holding every declared job cost gray nodes in 8-53-node MoE
-    # jobs 5-6 minutes (docs/anomaly.md, "A job that says it routes"). 0: the declaration is not used.
-    declared_routing_below: int = 8
+    # drawn days was in a 2-6-node MoE job, 10-40 minutes into routing), while holding every declared
+    # job cost gray nodes in 8-53-node MoE jobs 5-6 minutes (docs/anomaly.md, "A job that says it
+    # routes"). 9, not 8: the days drawn after session 48 had 8-node MoE jobs flagged at every routing
+    # turn of their first half hour (benign_day_4429: 5 flags; 4432: 1); the price, moe_gray_x14_8n's
+    # x1.4 node flagged after the routing hold (255 s, not 60; docs/anomaly.md, "An 8-node job's
+    # first routing"). 0: the declaration is not used.
+    declared_routing_below: int = 9
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor
