@@ -1,4 +1,5 @@
-"""What the anomaly tests share: a real Prometheus of their own, and stopping what they started."""
+"""What the anomaly tests share: a real Prometheus of their own, stopping what they started, and a
+shipped benign day through several detector settings."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import evaluation.anomaly as evaluation
+from anomaly.detector import Detector, DetectorConfig
+from anomaly.state import Straggler
+from fleetsight.settings import REPO_ROOT
 from support import prometheus_process
+
+SCENARIOS = REPO_ROOT / "evaluation" / "scenarios" / "anomaly"
 
 
 def start_prometheus(tmp: Path, port: int, scrape_configs: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
@@ -22,3 +29,19 @@ def stop(*processes: subprocess.Popen[bytes] | None) -> None:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def benign_day_flags(day: str, minutes: float, **variants: dict[str, Any]) -> dict[str, list[Straggler]]:
+    """A shipped benign day's first ``minutes`` at 5-s samples, one simulation through the shipped
+    detector (``shipped``) and each named variant's DetectorConfig overrides: each one's flags. The day
+    has no fault, so every flag is wrong."""
+    settings = {"shipped": {}, **variants}
+    detectors = {
+        name: (lambda sample_s, extra=extra: Detector(DetectorConfig(sample_average_s=sample_s, **extra)))
+        for name, extra in settings.items()
+    }
+    run = evaluation.run_scenario(
+        SCENARIOS / f"{day}.yaml", duration=minutes * 60.0, sample_window=5.0, detectors=detectors
+    )
+    assert run.fault_free
+    return {name: [e.straggler for e in got if e.kind == "flag"] for name, got in run.events.items()}

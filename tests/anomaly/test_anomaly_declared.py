@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from anomaly_helpers import benign_day_flags
 
 import evaluation.anomaly as evaluation
 from anomaly.declared import (
@@ -168,21 +169,12 @@ def test_a_declaration_is_kept_for_the_layout_when_a_cycle_loses_the_comment() -
     assert not presumed_wandering(DetectorConfig(declared_routing_below=0), state)
 
 
-DAY_4429 = Path(__file__).parents[2] / "evaluation" / "scenarios" / "anomaly" / "benign_day_4429.yaml"
-
-
 def test_an_eight_node_moe_jobs_first_routing_is_held_where_it_declares() -> None:
     """benign_day_4429's first 35 minutes: its 8-node MoE job 84292 routes from minute 10, the busiest
     place moving every 5 minutes at 14 %, before its gauge has read a wander. Declared jobs of 8 nodes
     count as wandering (``declared_routing_below`` 9): nothing is flagged. With the bound at 8 nodes
-    (session 47's), the routing's busiest nodes are, one per turn. No fault: every flag is wrong."""
-    detectors = {
-        "shipped": lambda s: Detector(DetectorConfig(sample_average_s=s)),
-        "under8": lambda s: Detector(DetectorConfig(sample_average_s=s, declared_routing_below=8)),
-    }
-    run = evaluation.run_scenario(DAY_4429, duration=35 * 60.0, sample_window=5.0, detectors=detectors)
-    assert run.fault_free
-    flags = {name: [e.straggler for e in got if e.kind == "flag"] for name, got in run.events.items()}
+    (session 47's), the routing's busiest nodes are, one per turn."""
+    flags = benign_day_flags("benign_day_4429", 35, under8={"declared_routing_below": 8})
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
     assert len(flags["under8"]) >= 3 and {f.job for f in flags["under8"]} == {"84292"}, flags["under8"]
     assert all("wander_windows" not in f.evidence for f in flags["under8"])  # not held: calm by its gauge

@@ -10,11 +10,9 @@ wander lasts")."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
+from anomaly_helpers import benign_day_flags
 
-import evaluation.anomaly as evaluation
 from anomaly.detector import Detector, DetectorConfig
 from anomaly.job_model import new_job_state
 from anomaly.paths import note_wander, wanders
@@ -129,21 +127,11 @@ def test_without_the_carry_a_new_layout_starts_from_its_gauge_alone() -> None:
 # A mild candidate in a wandering job waits wander_hold_persistent windows, a loud one wander_hold:
 # MoE expert load also wanders slowly by itself (the twin's ~10-minute memory), and with a routing
 # span on top it kept a drawn day's node busiest for 9.5 minutes while three others took their turns.
-DAY_4420 = Path(__file__).parents[2] / "evaluation" / "scenarios" / "anomaly" / "benign_day_4420.yaml"
-
-
 def test_a_mild_candidate_that_outlasts_the_routing_turns_is_held_for_ten_minutes() -> None:
     """benign_day_4420's 8-node MoE job 84203, its first 140 minutes: n0015 was a candidate for 19
     windows (128-137.5 min, z ~4), three other nodes busiest meanwhile. The 12-window hold flagged it
-    on the persistent path; the 20-window hold for mild candidates does not. No fault: every flag is
-    wrong."""
-    detectors = {
-        "shipped": lambda s: Detector(DetectorConfig(sample_average_s=s)),
-        "hold12": lambda s: Detector(DetectorConfig(sample_average_s=s, wander_hold_persistent=12)),
-    }
-    run = evaluation.run_scenario(DAY_4420, duration=140 * 60.0, sample_window=5.0, detectors=detectors)
-    assert run.fault_free
-    flags = {name: [e.straggler for e in got if e.kind == "flag"] for name, got in run.events.items()}
+    on the persistent path; the 20-window hold for mild candidates does not."""
+    flags = benign_day_flags("benign_day_4420", 140, hold12={"wander_hold_persistent": 12})
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
     (flag,) = flags["hold12"]
     assert (flag.job, flag.node, flag.evidence["path"]) == ("84203", "n0015", "persistent"), flag.evidence
