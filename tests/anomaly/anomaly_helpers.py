@@ -4,6 +4,7 @@ shipped benign day through several detector settings."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +32,25 @@ def stop(*processes: subprocess.Popen[bytes] | None) -> None:
                 process.kill()
 
 
-def benign_day_flags(day: str, minutes: float, **variants: dict[str, Any]) -> dict[str, list[Straggler]]:
-    """A shipped benign day's first ``minutes`` at 5-s samples, one simulation through the shipped
-    detector (``shipped``) and each named variant's DetectorConfig overrides: each one's flags. The day
-    has no fault, so every flag is wrong."""
+def detector_variants(**variants: dict[str, Any]) -> dict[str, Callable[[float], Detector]]:
+    """evaluation.anomaly.run_scenario's ``detectors``: the shipped detector (``shipped``) and one per
+    named variant's DetectorConfig overrides, each told the scenario's sample window."""
     settings = {"shipped": {}, **variants}
-    detectors = {
+    return {
         name: (lambda sample_s, extra=extra: Detector(DetectorConfig(sample_average_s=sample_s, **extra)))
         for name, extra in settings.items()
     }
+
+
+def benign_day_flags(day: str, minutes: float, **variants: dict[str, Any]) -> dict[str, list[Straggler]]:
+    """A shipped benign day's first ``minutes`` at 5-s samples, one simulation through the shipped
+    detector and each named variant (``detector_variants``): each one's flags. The day has no fault,
+    so every flag is wrong."""
     run = evaluation.run_scenario(
-        SCENARIOS / f"{day}.yaml", duration=minutes * 60.0, sample_window=5.0, detectors=detectors
+        SCENARIOS / f"{day}.yaml",
+        duration=minutes * 60.0,
+        sample_window=5.0,
+        detectors=detector_variants(**variants),
     )
     assert run.fault_free
     return {name: [e.straggler for e in got if e.kind == "flag"] for name, got in run.events.items()}

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from anomaly_helpers import detector_variants
 
-from anomaly.detector import Detector, DetectorConfig, Event, Straggler
+from anomaly.detector import DetectorConfig, Event, Straggler
 from evaluation import anomaly as evaluation
 from evaluation.scenarios import resolve as resolve_scenario
 from fleetsight.settings import REPO_ROOT
@@ -97,17 +98,11 @@ def events_of_each(
     """One simulation through the shipped detector (``shipped``) and one per named override of
     ``step_exempt_below`` (an int) or of several settings (a dict; evaluation.anomaly.run_scenario's
     ``detectors``): each one's flags and clears."""
-    settings = {
-        "shipped": {},
-        **{
-            name: value if isinstance(value, dict) else {"step_exempt_below": value}
-            for name, value in overrides.items()
-        },
+    variants = {
+        name: value if isinstance(value, dict) else {"step_exempt_below": value}
+        for name, value in overrides.items()
     }
-    detectors = {
-        name: (lambda sample_s, extra=extra: Detector(DetectorConfig(sample_average_s=sample_s, **extra)))
-        for name, extra in settings.items()
-    }
+    detectors = detector_variants(**variants)
     return evaluation.run_scenario(path, sample_window=sample_window, detectors=detectors).events
 
 

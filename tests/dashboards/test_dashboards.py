@@ -260,9 +260,8 @@ def health_scraped_by(url: str) -> float | None:
     """An instant ten seconds ago at which Prometheus already held the health service's node states,
     or None while it did not."""
     at = time.time() - 10
-    query = "count(fleetsight_node_health_state == 1)"
-    result = httpx.get(f"{url}/api/v1/query", params={"query": query, "time": at}).json()["data"]["result"]
-    return at if result else None
+    with Prometheus(url) as prometheus:
+        return at if prometheus.query("count(fleetsight_node_health_state == 1)", at) else None
 
 
 def without_cluster_filter(folder: Path) -> Path:
