@@ -215,7 +215,8 @@ class Detector:
         # A node building up to the long path's floor does not learn its residual as normal meanwhile;
         # where the job wanders (expert routing) the long path needs hardware and nothing is held back.
         building = np.nan_to_num(long_mean).max(axis=1) >= cfg.long_min_effect
-        building &= not wanders(cfg, state)
+        wandering = wanders(cfg, state)
+        building &= not wandering
         hw_path = hardware_path(cfg, candidate, window)
         # The fast path (large slowdowns, one window) looks only where the one-window test holds, in a
         # job without a flagged node: its peers wait for that one, and waiting peers scatter (mixed_day:
@@ -316,7 +317,7 @@ class Detector:
         # Per node, not per job: in a job of hundreds of GPUs some GPU is always past the threshold
         # before the offsets are learnt, and a job-wide freeze would then never learn them.
         if top < 0:
-            learn(cfg, state, candidate, window, busy, self.outliers)
+            learn(cfg, state, candidate, window, busy, self.outliers, wandering)
 
     def _maybe_flag(
         self,

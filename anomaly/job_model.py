@@ -141,9 +141,11 @@ def learn(
     window: Window,
     busy: np.ndarray,
     model: OutlierModel,
+    wandering: bool = False,
 ) -> None:
     """Update the history of every GPU of the nodes that are not ``busy``; their feature rows go to
-    the covariance ``model``'s calm reservoir."""
+    the covariance ``model``'s calm reservoir. ``wandering``: the job routes experts now
+    (paths.wanders), where ``DetectorConfig.wander_thaw`` lets a drifting GPU learn back up to 0."""
     node_idx = candidate.window_nodes
     tensor = window.tensor[node_idx]
     with warnings.catch_warnings():
@@ -157,11 +159,15 @@ def learn(
     # learnt as it counted as drifting, and was flagged). A first window further from the peers than
     # offset_first_limit (16 %: twice the layout offsets the demo showed) teaches nothing.
     ok &= ~((state.count < cfg.min_history) & (np.abs(dev) > cfg.offset_first_limit))
+    thawed = np.zeros_like(ok)
     if state.slow_mean is not None:
         # A GPU drifting away for minutes may be a mild fault setting in: do not learn it, once
         # its first windows gave it an offset (a fault there from the start is capped instead).
         drifting = np.nan_to_num(state.slow_mean) >= cfg.slow_min_effect / 2
-        ok &= ~(drifting & (state.count >= cfg.min_history))
+        frozen = drifting & (state.count >= cfg.min_history)
+        if wandering and cfg.wander_thaw:  # an offset learnt in a low spell of the routing
+            thawed = frozen & (state.mu < 0) & ok
+        ok &= ~frozen | thawed
     alpha = np.maximum(cfg.history_alpha, 1.0 / (state.count + 1))
     # Later, one window moves the offset by at most alpha x max_offset: at a checkpoint's start a
     # live window can catch one node already idle while its peers still compute (each node's
@@ -169,6 +175,7 @@ def learn(
     # -8 % cap in one window; it then ran at its real offset, 10 % above that, and was flagged.
     delta = np.where(ok, np.clip(dev - state.mu, -cfg.offset_step, cfg.offset_step), 0.0)
     state.mu = np.clip(state.mu + alpha * delta, -cfg.max_offset, cfg.max_offset)
+    state.mu = np.where(thawed, np.minimum(state.mu, 0.0), state.mu)  # a thaw stops at 0
     state.var = np.where(ok, (1 - alpha) * (state.var + alpha * delta**2), state.var)
     state.count += ok
     log_tensor = safe_log(tensor)

@@ -166,6 +166,16 @@ class DetectorConfig:
     # x1.4 node flagged after the routing hold (255 s, not 60; docs/anomaly.md, "An 8-node job's
     # first routing"). 0: the declaration is not used.
     declared_routing_below: int = 9
+    # A GPU drifting above its offset stops learning (job_model.learn: a mild fault setting in must not
+    # become its normal). In a wandering job that froze an offset learnt in a low spell of the routing:
+    # benign_day_4433's n0020 learnt -12 %, then ran 7-12 % above it by residual once the routing
+    # brought it back, and every routing turn that put it on top flagged it. wander_thaw: there, a
+    # drifting GPU still learns while its offset is below 0, and never past 0 (a gray node's offset sits
+    # near 0 and rises: it stays frozen). Measured (docs/anomaly.md, "An offset learnt in a low spell"):
+    # the shipped days' false flags 4 -> 2, eight days drawn first 3 -> 2, every scored set identical at
+    # 5-s and 1-s samples. The price: a gray node whose offset was below 0 when it set in learns up to
+    # |offset| of its slowdown (a 2-node MoE job's, old settings: no longer found).
+    wander_thaw: bool = True
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor

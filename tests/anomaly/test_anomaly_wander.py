@@ -6,17 +6,21 @@ wandering for ``wander_memory`` counted windows after its gauge last read above,
 that wandered is presumed to wander in its next layout until that layout's gauge has learnt
 (``wander_carry``; docs/anomaly.md, "A new layout and a pipeline's last stage"). And in a wandering job a
 mild candidate is held longer than a loud one (``wander_hold_persistent``; docs/anomaly.md, "How long a
-wander lasts")."""
+wander lasts"). And in a wandering job a drifting node's offset learnt below its peers thaws back
+up to 0 (``wander_thaw``; docs/anomaly.md, "An offset learnt in a low spell")."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from anomaly_helpers import benign_day_flags
 
+from anomaly.covariance import OutlierModel
 from anomaly.detector import Detector, DetectorConfig
-from anomaly.job_model import new_job_state
+from anomaly.job_model import learn, new_job_state
 from anomaly.paths import note_wander, wanders
-from anomaly.state import JobState
+from anomaly.state import Candidate, JobState
 from anomaly.window import Window
 
 NODES = ["n0001", "n0002", "n0003"]
@@ -136,3 +140,54 @@ def test_a_mild_candidate_that_outlasts_the_routing_turns_is_held_for_ten_minute
     (flag,) = flags["hold12"]
     assert (flag.job, flag.node, flag.evidence["path"]) == ("84203", "n0015", "persistent"), flag.evidence
     assert 12 <= flag.evidence["wander_windows"] < 20, flag.evidence
+
+
+def _offset_after(cfg: DetectorConfig, mu: float, wandering: bool, windows: int = 1) -> float:
+    """n0001 of a 3-node job, past its first windows, with a learnt offset ``mu`` and a slow-path mean
+    at the drift bar (it counts as drifting away, so it no longer learns), runs 10 % above its peers
+    for ``windows`` calm windows: its offset afterwards."""
+    state = new_job_state(cfg, NODES, 8)
+    state.count[:] = cfg.min_history
+    state.mu[0] = mu
+    state.slow_mean = np.zeros((len(NODES), 8))
+    state.slow_mean[0] = cfg.slow_min_effect / 2
+    window = Window.empty(0.0, NODES, 8)
+    window.tensor[:] = 0.5
+    window.tensor[0] = 0.5 * math.exp(0.10)
+    shape = (len(NODES), 8)
+    zeros = np.zeros(shape)
+    candidate = Candidate(
+        "1", zeros, np.zeros((len(NODES) * 8, 3)), [0, 1, 2], math.nan, zeros == 0, zeros, zeros
+    )
+    model = OutlierModel(cfg)
+    for _ in range(windows):
+        learn(cfg, state, candidate, window, np.zeros(len(NODES), dtype=bool), model, wandering)
+    return float(state.mu[0].mean())
+
+
+def test_a_drifting_node_of_a_wandering_job_learns_back_up_to_its_peers_and_no_further() -> None:
+    """benign_day_4433's n0020 learnt -12 % in a low spell of its MoE job's expert load, then ran 7-12 %
+    above that by residual once the load came back, frozen as drifting: flagged at routing turns."""
+    cfg = DetectorConfig()
+    assert cfg.wander_thaw
+    once = _offset_after(cfg, -0.12, wandering=True)
+    assert -0.12 < once < 0.0, once
+    assert _offset_after(cfg, -0.12, wandering=True, windows=200) == 0.0  # it thaws, and stops at 0
+
+
+def test_a_drifting_node_stays_frozen_where_the_job_is_calm_or_its_offset_is_not_below_0() -> None:
+    """A gray node setting in sits near 0 and rises; a calm job's drift is no routing: neither learns."""
+    cfg = DetectorConfig()
+    assert _offset_after(cfg, -0.12, wandering=False) == -0.12
+    assert _offset_after(cfg, 0.02, wandering=True) == 0.02
+    assert _offset_after(cfg, 0.0, wandering=True) == 0.0
+    frozen = DetectorConfig(wander_thaw=False)
+    assert _offset_after(frozen, -0.12, wandering=True) == -0.12
+
+
+def test_a_node_whose_offset_was_learnt_low_is_not_flagged_when_the_load_comes_back() -> None:
+    """benign_day_4435's 8-node MoE job 84351, its first 172 minutes: frozen at the offset it learnt in
+    a low spell, n0012 was flagged at 169.5 minutes; thawed (shipped), nothing is."""
+    flags = benign_day_flags("benign_day_4435", 172, frozen={"wander_thaw": False})
+    assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
+    assert [(f.job, f.node) for f in flags["frozen"]] == [("84351", "n0012")], flags["frozen"]
