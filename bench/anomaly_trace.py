@@ -3,7 +3,8 @@ was not) flagged. For each counted window of the job it prints, per chosen node,
 robust z, its residual (deviation from the peers minus its learnt offset), the scale z divides by, the
 node's mean learnt offset (mu, after the window's learning), its slow-path mean, whether it counts as
 drifting (and so no longer learns), the job's drift gauge and whether the job counts as wandering
-(expert routing), and the flags and clears of that window.
+(expert routing), and the flags and clears of that window (a flag with its cause, z and the path that
+raised it: fast, strong, slow, long, persistent, ...).
 
 Each variant (`name:key=value,...`, DetectorConfig overrides as in bench/anomaly_sweep.py) is fed the same
 simulation, so two settings can be compared window by window. Without --node it prints the job's top node
@@ -118,14 +119,16 @@ class TracingDetector(Detector):
                     "slow": float(slow[pos, gpu]),
                 }
             drifting = math.isfinite(values["slow"]) and values["slow"] >= cfg.slow_min_effect / 2
-            notes = [
-                f"{e.kind}({e.straggler.cause},z={e.straggler.score:.1f})"
-                for e in mine
-                if e.straggler.node == name
-            ]
+            notes = [_event_text(e) for e in mine if e.straggler.node == name]
             minute = (window.end - self.start) / 60.0
             lines.append(Line(minute, self.variant, name, values, drifting, gauge, wandering, notes))
         return lines
+
+
+def _event_text(event: Event) -> str:
+    """A flag, clear or cause change with its cause, z and the path that raised the flag."""
+    flag = event.straggler
+    return f"{event.kind}({flag.cause},z={flag.score:.1f},{flag.evidence.get('path', '-')})"
 
 
 def main() -> int:
