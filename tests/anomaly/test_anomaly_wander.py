@@ -134,9 +134,14 @@ def test_without_the_carry_a_new_layout_starts_from_its_gauge_alone() -> None:
 def test_a_mild_candidate_that_outlasts_the_routing_turns_is_held_for_ten_minutes() -> None:
     """benign_day_4420's 8-node MoE job 84203, its first 140 minutes: n0015 was a candidate for 19
     windows (128-137.5 min, z ~4), three other nodes busiest meanwhile. The 12-window hold flagged it
-    on the persistent path; the 20-window hold for mild candidates does not."""
-    flags = benign_day_flags("benign_day_4420", 140, hold12={"wander_hold_persistent": 12})
+    on the persistent path; the 20-window hold for mild candidates does not. Shown without the offset
+    thaw (``wander_thaw``, session 50), which alone also keeps n0015 unflagged here."""
+    frozen = {"wander_thaw": False}
+    flags = benign_day_flags(
+        "benign_day_4420", 140, frozen=frozen, hold12={**frozen, "wander_hold_persistent": 12}
+    )
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
+    assert flags["frozen"] == [], [f.as_dict() for f in flags["frozen"]]
     (flag,) = flags["hold12"]
     assert (flag.job, flag.node, flag.evidence["path"]) == ("84203", "n0015", "persistent"), flag.evidence
     assert 12 <= flag.evidence["wander_windows"] < 20, flag.evidence
