@@ -134,6 +134,14 @@ def _scale(cfg: DetectorConfig, state: JobState, resid: np.ndarray, nodes: int) 
     return scale, spread
 
 
+def drifting(cfg: DetectorConfig, state: JobState) -> np.ndarray:
+    """Per GPU: its slow-path mean runs at least half ``slow_min_effect`` above its offset (drifting
+    away, maybe a mild fault setting in); all False before the slow path has a mean."""
+    if state.slow_mean is None:
+        return np.zeros(state.mu.shape, dtype=bool)
+    return np.nan_to_num(state.slow_mean) >= cfg.slow_min_effect / 2
+
+
 def learn(
     cfg: DetectorConfig,
     state: JobState,
@@ -141,7 +149,7 @@ def learn(
     window: Window,
     busy: np.ndarray,
     model: OutlierModel,
-    wandering: bool = False,
+    wandering: bool,
 ) -> None:
     """Update the history of every GPU of the nodes that are not ``busy``; their feature rows go to
     the covariance ``model``'s calm reservoir. ``wandering``: the job routes experts now
@@ -163,8 +171,7 @@ def learn(
     if state.slow_mean is not None:
         # A GPU drifting away for minutes may be a mild fault setting in: do not learn it, once
         # its first windows gave it an offset (a fault there from the start is capped instead).
-        drifting = np.nan_to_num(state.slow_mean) >= cfg.slow_min_effect / 2
-        frozen = drifting & (state.count >= cfg.min_history)
+        frozen = drifting(cfg, state) & (state.count >= cfg.min_history)
         if wandering and cfg.wander_thaw:  # an offset learnt in a low spell of the routing
             thawed = frozen & (state.mu < 0) & ok
         ok &= ~frozen | thawed
@@ -175,7 +182,8 @@ def learn(
     # -8 % cap in one window; it then ran at its real offset, 10 % above that, and was flagged.
     delta = np.where(ok, np.clip(dev - state.mu, -cfg.offset_step, cfg.offset_step), 0.0)
     state.mu = np.clip(state.mu + alpha * delta, -cfg.max_offset, cfg.max_offset)
-    state.mu = np.where(thawed, np.minimum(state.mu, 0.0), state.mu)  # a thaw stops at 0
+    if thawed.any():
+        state.mu = np.where(thawed, np.minimum(state.mu, 0.0), state.mu)  # a thaw stops at 0
     state.var = np.where(ok, (1 - alpha) * (state.var + alpha * delta**2), state.var)
     state.count += ok
     log_tensor = safe_log(tensor)

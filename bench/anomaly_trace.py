@@ -22,7 +22,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import warnings
@@ -38,6 +37,7 @@ from anomaly_sweep import parse_variant  # bench/, beside this file
 
 import evaluation.anomaly as ev
 from anomaly.detector import Detector, DetectorConfig
+from anomaly.job_model import drifting
 from anomaly.paths import wanders
 from anomaly.robust import pooled_spread
 from anomaly.state import Candidate, Event
@@ -104,6 +104,7 @@ class TracingDetector(Detector):
         gauge = pooled_spread(state.drift)
         wandering = wanders(cfg, state)
         slow = state.slow_mean if state.slow_mean is not None else np.full(candidate.z.shape, np.nan)
+        drifts = drifting(cfg, state)  # the learning rule's own test (job_model.learn)
         lines = []
         for pos, name in enumerate(names):
             if name not in chosen:
@@ -118,10 +119,10 @@ class TracingDetector(Detector):
                     "mu": float(np.nanmean(state.mu[pos])),
                     "slow": float(slow[pos, gpu]),
                 }
-            drifting = math.isfinite(values["slow"]) and values["slow"] >= cfg.slow_min_effect / 2
+            is_drifting = bool(drifts[pos, gpu])
             notes = [_event_text(e) for e in mine if e.straggler.node == name]
             minute = (window.end - self.start) / 60.0
-            lines.append(Line(minute, self.variant, name, values, drifting, gauge, wandering, notes))
+            lines.append(Line(minute, self.variant, name, values, is_drifting, gauge, wandering, notes))
         return lines
 
 
