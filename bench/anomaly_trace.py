@@ -43,6 +43,7 @@ from anomaly.robust import pooled_spread
 from anomaly.state import Candidate, Event
 from anomaly.window import Window
 from evaluation.anomaly_feed import TwinFeed
+from fleetsight import durations
 
 HEADER = (
     f"{'min':>7} {'variant':<8} {'node':<7} {'z':>6} {'resid':>7} {'scale':>6} {'mu':>7} "
@@ -132,6 +133,16 @@ def _event_text(event: Event) -> str:
     return f"{event.kind}({flag.cause},z={flag.score:.1f},{flag.evidence.get('path', '-')})"
 
 
+def _since_start(value: str | None) -> float:
+    """--from in seconds: a duration, where 0 (the start itself) is allowed."""
+    if not value:
+        return 0.0
+    seconds = float(durations.seconds(value))
+    if seconds < 0:
+        raise ValueError(f"must not be negative, got {value!r}")
+    return seconds
+
+
 def main() -> int:
     intro, examples = __doc__.split("Examples:")
     parser = argparse.ArgumentParser(
@@ -149,11 +160,13 @@ def main() -> int:
     if not args.scenario.is_file():
         parser.error(f"no such scenario file: {args.scenario}")
     try:
-        first = ev.parse_duration(args.start) if args.start else 0.0
+        first = _since_start(args.start)
         until = ev.parse_duration(args.to) if args.to else None
         sample = ev.parse_duration(args.sample_window) if args.sample_window else None
     except ValueError as exc:  # parse_duration names --duration; say which value was wrong
         parser.error(f"--from {args.start}, --to {args.to}, --sample-window {args.sample_window}: {exc}")
+    if until is not None and first >= until:
+        parser.error(f"--from {args.start} is not before --to {args.to}: nothing would be printed")
     feed = TwinFeed(args.scenario, 30.0, until, None, sample)
     start = feed.scenario.start.timestamp()
     sample_s = feed.scenario.realism.sample_window

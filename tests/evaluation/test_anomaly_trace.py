@@ -54,3 +54,15 @@ def test_a_bad_time_is_a_usage_error() -> None:
     done = _trace(str(resolve_scenario(SCENARIO)), "--job", "7002", "--to", "soon")
     assert done.returncode == 2
     assert "--to soon" in done.stderr, done.stderr
+
+
+def test_the_trace_may_start_at_the_start_but_not_after_its_end() -> None:
+    path = str(resolve_scenario(SCENARIO))
+    done = _trace(path, "--job", "7002", "--node", "n0003", "--from", "0m", "--to", "3m")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) > 1, done.stdout
+    unbounded = _trace(path, "--job", "7002", "--node", "n0003", "--to", "3m")
+    assert done.stdout == unbounded.stdout  # from the first scored window, as without --from
+    backwards = _trace(path, "--job", "7002", "--from", "5m", "--to", "3m")
+    assert backwards.returncode == 2
+    assert "--from 5m is not before --to 3m" in backwards.stderr, backwards.stderr
