@@ -164,8 +164,12 @@ class DetectorConfig:
     # routes"). 9, not 8: the days drawn after session 48 had 8-node MoE jobs flagged at every routing
     # turn of their first half hour (benign_day_4429: 5 flags; 4432: 1); the price, moe_gray_x14_8n's
     # x1.4 node flagged after the routing hold (255 s, not 60; docs/anomaly.md, "An 8-node job's
-    # first routing"). 0: the declaration is not used.
-    declared_routing_below: int = 9
+    # first routing"). 13, not 9: a day drawn after session 50 had a 12-node MoE job whose routing turned
+    # every 2 minutes, faster than the gauge's 8-window means read (benign_day_4453's 84531: 34 flags);
+    # the generator draws MoE jobs of up to 12 nodes. The price, moe_gray_x14_12n's x1.4 node flagged
+    # after the routing hold (360 s, not 30; docs/anomaly.md, "Routing that turns every 2 minutes").
+    # 0: the declaration is not used.
+    declared_routing_below: int = 13
     # A GPU drifting above its offset stops learning (job_model.learn: a mild fault setting in must not
     # become its normal). In a wandering job that froze an offset learnt in a low spell of the routing:
     # benign_day_4433's n0020 learnt -12 %, then ran 7-12 % above it by residual once the routing

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from anomaly_helpers import benign_day_flags
+from anomaly_helpers import SCENARIOS, benign_day_flags, detector_variants
 
 import evaluation.anomaly as evaluation
 from anomaly.declared import (
@@ -178,3 +178,34 @@ def test_an_eight_node_moe_jobs_first_routing_is_held_where_it_declares() -> Non
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
     assert len(flags["under8"]) >= 3 and {f.job for f in flags["under8"]} == {"84292"}, flags["under8"]
     assert all("wander_windows" not in f.evidence for f in flags["under8"])  # not held: calm by its gauge
+
+
+def test_a_twelve_node_moe_jobs_two_minute_routing_is_held_where_it_declares() -> None:
+    """benign_day_4453's first hour: its 12-node MoE job 84531 routes from minute 39, the busiest place
+    moving every 2 minutes at 18 %, faster than the drift gauge's 8-window means can read (its gauge
+    never counted the job as wandering). Declared jobs of up to 12 nodes count as wandering
+    (``declared_routing_below`` 13): nothing is flagged. With the bound at 9 (session 49's), its
+    routing turns are, in that job only."""
+    flags = benign_day_flags("benign_day_4453", 60, under9={"declared_routing_below": 9})
+    assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
+    assert len(flags["under9"]) >= 3 and {f.job for f in flags["under9"]} == {"84531"}, flags["under9"]
+
+
+def test_the_price_a_gray_node_in_a_declared_twelve_node_job_waits_for_the_hold() -> None:
+    """The bound's price (moe_gray_x14_12n, 5-s samples): a node 40 % slower in a declared 12-node MoE
+    job is still flagged, and nothing else, but after the routing hold; with the bound at 9 it is
+    flagged within a minute of its onset. One simulation feeds both detectors."""
+    run = evaluation.run_scenario(
+        SCENARIOS / "moe_gray_x14_12n.yaml",
+        sample_window=5.0,
+        detectors=detector_variants(under9={"declared_routing_below": 9}),
+    )
+    episodes = [e for e in run.episodes if e.counted]
+    assert [(e.job, e.node) for e in episodes] == [("7030", "n0009")], run.episodes
+    onset = episodes[0].onset
+    first: dict[str, float] = {}
+    for name, events in run.events.items():
+        flags = [e for e in events if e.kind == "flag"]
+        assert {(e.straggler.job, e.straggler.node) for e in flags} == {("7030", "n0009")}, (name, flags)
+        first[name] = min(e.time for e in flags) - onset
+    assert first["under9"] <= 60.0 < first["shipped"], first
