@@ -133,16 +133,6 @@ def _event_text(event: Event) -> str:
     return f"{event.kind}({flag.cause},z={flag.score:.1f},{flag.evidence.get('path', '-')})"
 
 
-def _since_start(value: str | None) -> float:
-    """--from in seconds: a duration, where 0 (the start itself) is allowed."""
-    if not value:
-        return 0.0
-    seconds = float(durations.seconds(value))
-    if seconds < 0:
-        raise ValueError(f"must not be negative, got {value!r}")
-    return seconds
-
-
 def main() -> int:
     intro, examples = __doc__.split("Examples:")
     parser = argparse.ArgumentParser(
@@ -160,7 +150,7 @@ def main() -> int:
     if not args.scenario.is_file():
         parser.error(f"no such scenario file: {args.scenario}")
     try:
-        first = _since_start(args.start)
+        first = float(durations.seconds(args.start)) if args.start else 0.0  # 0: the start itself
         until = ev.parse_duration(args.to) if args.to else None
         sample = ev.parse_duration(args.sample_window) if args.sample_window else None
     except ValueError as exc:  # parse_duration names --duration; say which value was wrong
