@@ -71,6 +71,7 @@ def with_silent_members(window: Window, jobs: Mapping[str, JobState]) -> Window:
         h2d_bandwidth=grown(window.h2d_bandwidth, np.nan),
         ib_errors=grown(window.ib_errors, 0.0),
         ib_xmit_wait=grown(window.ib_xmit_wait, 0.0),
+        ib_rcv_rate=grown(window.ib_rcv_rate, np.nan),
         jobs=grown_jobs,
     )
 

@@ -82,6 +82,7 @@ from .state import (
     Straggler,
     Unseen,
 )
+from .traffic import routed
 from .window import Window
 
 # Evidence keys that say how a flag was raised: kept when a later cycle names its hardware cause.
@@ -348,11 +349,16 @@ class Detector:
             ("persistent", sum(node_state.recent) >= cfg.k),
         )
         path = next((rule for rule, due in rules if due), None)
+        job = self.jobs[candidate.job]
+        offset = float(job.mu[pos, gpu])
+        traffic = None if path is None or hardware else routed(cfg, window, candidate, pos, gpu, offset)
+        if traffic:
+            return  # its node is sent more of the job's tokens (expert routing): busier, not slower
         # A sudden lasting rise (the step path) is held too: routing that moves at once makes one
         # (DetectorConfig.step_exempt_below, 0: no job is exempt).
-        job = self.jobs[candidate.job]
         exempt = node_state.stepped and len(job.nodes) < cfg.step_exempt_below
-        held = not hardware and not exempt and wanders(cfg, job)
+        unrouted = cfg.traffic_unholds and traffic is False  # the bytes were read and say not routing
+        held = not hardware and not exempt and not unrouted and wanders(cfg, job)
         if path is not None and held:
             if node_state.candidacy < _hold(cfg, path):
                 return  # expert routing keeps a node busiest for minutes: wait longer than that

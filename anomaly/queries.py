@@ -107,6 +107,7 @@ class Queries:
         return {
             "ib_errors": errors,
             "ib_xmit_wait": f"sum by (node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))",
+            "ib_rcv_rate": f"sum by (node) (rate(fleetsight_infiniband_port_rcv_data_bytes_total[{w}]))",
         }
 
     # ------------------------------------------------------------------ the recorded window
@@ -129,6 +130,7 @@ class Queries:
             "pcie_downgraded": "gpu:fleetsight_pcie_link_downgraded:max",
             "ib_errors": f"node:fleetsight_infiniband_port_errors:increase{w}",
             "ib_xmit_wait": f"node:fleetsight_infiniband_port_xmit_wait:rate{w}",
+            "ib_rcv_rate": f"node:fleetsight_infiniband_port_rcv_data_bytes:rate{w}",
             "job_labels": f"node_job:dcgm_gpus:group{w}",
         }
 
@@ -163,6 +165,9 @@ class Queries:
         exprs[names["ib_xmit_wait"]] = (
             f"sum by (cluster, node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))"
         )
+        exprs[names["ib_rcv_rate"]] = (
+            f"sum by (cluster, node) (rate(fleetsight_infiniband_port_rcv_data_bytes_total[{w}]))"
+        )
         # Last, the costliest (subqueries).
         exprs |= {names[k]: f"{v} > 0" for k, v in self.throttle_shares(per_gpu).items()}
         return exprs
@@ -184,7 +189,7 @@ class Queries:
                 out[key] = f"last_over_time({name}[{RECORDED_FRESH}])"
             elif key in SPARSE_RECORDS:
                 out[key] = f"{by} ({name} and (time() - timestamp({name}) < {RECORDED_FRESH_S}))"
-            elif key == "ib_xmit_wait":
+            elif key in ("ib_xmit_wait", "ib_rcv_rate"):
                 out[key] = f"{by} (last_over_time({name}[{RECORDED_FRESH}])) > 0"
             else:
                 out[key] = f"{by} (last_over_time({name}[{RECORDED_FRESH}]))"

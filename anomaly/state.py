@@ -180,6 +180,20 @@ class DetectorConfig:
     # 5-s and 1-s samples. The price: a gray node whose offset was below 0 when it set in learns up to
     # |offset| of its slowdown (a 2-node MoE job's, old settings: no longer found).
     wander_thaw: bool = True
+    # Expert routing gives a node more work because it sends the node more tokens: in an MoE job's
+    # all-to-all a node whose experts are busier receives more bytes than its peers (twin/fabric.py),
+    # while a slow node receives what it always did. routing_traffic: a candidate without a hardware
+    # cause whose node received more than its job's other nodes (log of its InfiniBand bytes per second
+    # against their median) by at least this share of the GPU's residual is busier, not slower, and is
+    # not flagged while that holds (anomaly/traffic.py). 0.25: half of what a node carries where the
+    # all-to-all is half its bytes, the twin's MoE profile. 0: off (also where the bytes are not read).
+    routing_traffic: float = 0.25
+    # And where the bytes were read and do not explain it, the routing hold (wander_hold) is skipped: a
+    # wandering job's candidate that receives no more than its peers is not its experts' load. Measured
+    # and left off (docs/anomaly.md, "Tokens received"): 20 % p95 360 -> 60 s (hand-written) and 73.5
+    # -> 60 s (held out), but 6 false flags on the six MoE days with flags where the test alone left 2
+    # (both measured with the residual alone as the extra work; the new flags not traced).
+    traffic_unholds: bool = False
     noise_windows: int = 40  # counted windows (~20 min) whose residuals (small jobs) and 8-window
     # means give the job's robust noise and drift; flagged nodes' values are left out
     # Blind nodes (docs/anomaly.md, "Blind nodes"): a GPU whose tensor activity reads at most blind_tensor

@@ -44,6 +44,9 @@ class Window:
     h2d_bandwidth: np.ndarray  # host-to-device probe, bytes/s (NaN when no probe)
     ib_errors: np.ndarray  # per node: symbol errors + link downed + link recoveries in the window
     ib_xmit_wait: np.ndarray  # per node: port_xmit_wait ticks per second, summed over ports
+    # Per node: bytes received per second, summed over ports (NaN: not read). In an MoE job a node whose
+    # experts are busier receives more of the token all-to-all: the detector's routing test.
+    ib_rcv_rate: np.ndarray = field(default_factory=lambda: np.zeros(0))
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job id -> node indices
     gpu_model: dict[int, str] = field(default_factory=dict)  # node index -> GPU model name
     # What each job id of ``jobs`` is (scheduler, namespace: anomaly/jobs.py) and the ``cluster`` label
@@ -81,4 +84,5 @@ class Window:
             h2d_bandwidth=nan.copy(),
             ib_errors=np.zeros(len(nodes)),
             ib_xmit_wait=np.zeros(len(nodes)),
+            ib_rcv_rate=np.full(len(nodes), np.nan),
         )

@@ -6,9 +6,9 @@ straggler takes to be flagged in each mode.
 Per point: a load source (this file, `--serve`) publishes only the series the service reads, as
 dcgm-exporter and the node agent name and label them: per GPU tensor activity, power, SM clock,
 utilisation, clock-event reasons, PCIe downgrade and host-to-device bandwidth; per node 8 InfiniBand
-ports' error and xmit-wait counters. Nodes are grouped 125 to a scrape target (a real fleet has one
-target per exporter and node: the series and samples are the same, the scrape count is not), every
-node in a job of 16 (`hpc_job`). Two Prometheus shards (half of the targets each, external labels
+ports' error, xmit-wait and received-bytes counters. Nodes are grouped 125 to a scrape target (a real
+fleet has one target per exporter and node: the series and samples are the same, the scrape count is
+not), every node in a job of 16 (`hpc_job`). Two Prometheus shards (half of the targets each, external labels
 `shard` and `replica`), a Thanos sidecar each and Thanos Query over them, as docs/scaling.md deploys
 them. Then:
 
@@ -132,11 +132,13 @@ def pcie_lines(nodes: range) -> list[str]:
 
 
 def infiniband_lines(nodes: range) -> list[str]:
-    """Counters: xmit_wait rises with every scrape (TICK), the error counters stay at 0."""
+    """Counters: xmit_wait and the bytes received rise with every scrape (TICK), the error counters
+    stay at 0."""
     out = []
-    for counter in ("symbol_error", "link_downed", "link_error_recovery", "xmit_wait"):
+    rising = {"xmit_wait": f"{TICK.decode()}000", "rcv_data_bytes": f"{TICK.decode()}000000"}
+    for counter in ("symbol_error", "link_downed", "link_error_recovery", "xmit_wait", "rcv_data_bytes"):
         name = f"fleetsight_infiniband_port_{counter}_total"
-        value = f"{TICK.decode()}000" if counter == "xmit_wait" else "0"
+        value = rising.get(counter, "0")
         out.append(f"# TYPE {name} counter")
         for i in nodes:
             out += [f'{name}{{node="{node_name(i)}",cluster="{CLUSTER}",device="mlx5_{p}",port="1"}} {value}'

@@ -83,16 +83,19 @@ class TwinFeed:
             out[key] = np.where(present, values, np.nan)
         return out
 
-    def _ib(self) -> tuple[np.ndarray, np.ndarray]:
+    def _ib(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per node, summed over its ports: link errors, xmit-wait ticks and bytes received (the PMA
+        counts 4-byte words, the exporter publishes bytes)."""
         counters = self.sim.ib_counters
         errors = sum(counters[name].astype(np.float64) for name in IB_ERROR_COUNTERS)
-        return errors.sum(axis=1), counters["port_xmit_wait"].astype(np.float64).sum(axis=1)
+        received = counters["port_rcv_data"].astype(np.float64).sum(axis=1) * 4.0
+        return errors.sum(axis=1), counters["port_xmit_wait"].astype(np.float64).sum(axis=1), received
 
     def windows(self, progress: Callable[[int], None] | None = None) -> Iterable[Window]:
         sim = self.sim
         per_window = max(1, round(self.cycle / self.tick))
         samples: list[dict[str, np.ndarray]] = []
-        errors_before, wait_before = self._ib()
+        before = self._ib()
         for tick in range(self.ticks):
             sim.advance()
             sim.kernel_lines.clear()
@@ -105,13 +108,15 @@ class TwinFeed:
                 progress(1)
             if len(samples) < per_window and tick != self.ticks - 1:
                 continue
-            errors_now, wait_now = self._ib()
-            window = self._window(samples, errors_now - errors_before, wait_now - wait_before)
-            errors_before, wait_before = errors_now, wait_now
+            now = self._ib()
+            window = self._window(samples, *(after - prior for after, prior in zip(now, before, strict=True)))
+            before = now
             samples = []
             yield window
 
-    def _window(self, samples: list[dict[str, np.ndarray]], errors: np.ndarray, wait: np.ndarray) -> Window:
+    def _window(
+        self, samples: list[dict[str, np.ndarray]], errors: np.ndarray, wait: np.ndarray, received: np.ndarray
+    ) -> Window:
         sim = self.sim
         gpus = samples[0]["power"].shape[1]
         window = Window.empty(sim.unix() + self.tick, list(sim.nodes), gpus)
@@ -131,6 +136,7 @@ class TwinFeed:
         window.h2d_bandwidth = np.asarray(sim.h2d_bandwidth, dtype=float).copy()
         window.ib_errors = np.maximum(errors, 0.0)  # a reboot resets counters: no negative increase
         window.ib_xmit_wait = np.maximum(wait, 0.0) / max(self.cycle, 1e-9)
+        window.ib_rcv_rate = np.maximum(received, 0.0) / max(self.cycle, 1e-9)
         self._assign_jobs(window)
         window.gpu_model = {i: "H100" for i in range(len(sim.nodes))}
         return window

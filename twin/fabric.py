@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,8 @@ class FabricMixin:
                     "moe-8x22b": 200e9,
                     "vision": 0.2e9,
                 }[job.spec.profile] / 8
-                rates[job.nodes, : hw.COMPUTE_PORTS] = per_step / max(job.step_time, 1e-3)
+                share = self._received_share(job)
+                rates[job.nodes, : hw.COMPUTE_PORTS] = (per_step / max(job.step_time, 1e-3)) * share[:, None]
             elif job.phase == "stall":
                 rates[job.nodes, : hw.COMPUTE_PORTS] = 2e6
         lustre_rate = self._lustre_rates()
@@ -60,6 +62,18 @@ class FabricMixin:
         self.ib_hw_counters["rx_write_requests"] += packets // np.uint64(8)
         self.ib_hw_counters["rx_read_requests"] += packets // np.uint64(64)
         self.ib_hw_counters["out_of_sequence"] += symbols
+
+    def _received_share(self, job: Any) -> np.ndarray:
+        """Per node of the job: its bytes against the job's mean. An MoE job's token all-to-all
+        (``all_to_all_share`` of the bytes) sends each token to the nodes that hold its experts, so a
+        node whose experts are busier (the profile's own wander, a routing event) receives more; the
+        job's total stays. A slow node receives what it always did: it is not sent more tokens."""
+        share = job.profile.get("all_to_all_share", 0.0)
+        size = len(job.nodes)
+        if not share or len(job.expert_load) != size:
+            return np.ones(size)
+        load = self.expert_work[job.nodes] * (1.0 + job.expert_load)
+        return (1.0 - share) + share * load / max(float(load.mean()), 1e-9)
 
     # ----------------------------------------------------------------------------------- Lustre
     def _lustre_rates(self) -> tuple[np.ndarray, np.ndarray]:

@@ -50,7 +50,9 @@ NODE_MODIFIERS: dict[str, Any] = {
     "thermal_ratio": 1.0,
     # What training itself does to a node's share of its job (twin/training_kinds.py): its work against
     # the job's layout (expert routing, pipeline stages), and the share of its compute a pipeline's
-    # bubble turns into waiting.
+    # bubble turns into waiting; and the part of that work that is its experts' (routing only: the
+    # tokens it receives in the all-to-all, twin/fabric.py).
     "node_work": 1.0,
+    "expert_work": 1.0,
     "bubble": 0.0,
 }

@@ -25,7 +25,9 @@ MODEL_PROFILES: dict[str, _P] = {
     # computing; compute_share: part of a step that is compute (the rest is exposed communication);
     # power: a GPU's draw while computing, as a share of the 700 W TDP (dense LLM training runs H100s
     # at or near their cap); pipeline: default pipeline stages (tensor parallel fills a node);
-    # expert_imbalance: MoE only, spread of the experts' load across nodes (drifts over ~10 min).
+    # expert_imbalance: MoE only, spread of the experts' load across nodes (drifts over ~10 min);
+    # all_to_all_share: MoE only, the part of a node's InfiniBand bytes that is the experts' token
+    # all-to-all (dispatch and combine), which each node receives in proportion to its experts' load.
     "llm-8b": {
         "step_time": 2.5,
         "tensor": 0.42,
@@ -35,6 +37,7 @@ MODEL_PROFILES: dict[str, _P] = {
         "power": 0.93,
         "pipeline": 1,
         "expert_imbalance": 0.0,
+        "all_to_all_share": 0.0,
     },
     "llm-20b": {
         "step_time": 4.0,
@@ -45,6 +48,7 @@ MODEL_PROFILES: dict[str, _P] = {
         "power": 0.97,
         "pipeline": 2,
         "expert_imbalance": 0.0,
+        "all_to_all_share": 0.0,
     },
     "llm-70b": {
         "step_time": 7.5,
@@ -55,6 +59,7 @@ MODEL_PROFILES: dict[str, _P] = {
         "power": 0.99,
         "pipeline": 4,
         "expert_imbalance": 0.0,
+        "all_to_all_share": 0.0,
     },
     "moe-8x22b": {
         "step_time": 6.0,
@@ -65,6 +70,7 @@ MODEL_PROFILES: dict[str, _P] = {
         "power": 0.94,
         "pipeline": 2,
         "expert_imbalance": 0.05,
+        "all_to_all_share": 0.5,
     },
     "vision": {
         "step_time": 0.8,
@@ -75,6 +81,7 @@ MODEL_PROFILES: dict[str, _P] = {
         "power": 0.80,
         "pipeline": 1,
         "expert_imbalance": 0.0,
+        "all_to_all_share": 0.0,
     },
 }
 

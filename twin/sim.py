@@ -177,6 +177,7 @@ class Simulation(FaultMixin, WorkloadMixin, GpuMixin, FabricMixin):
         self.thermal_ratio = zeros + 1.0
         self.comm_slow = np.ones(n)
         self.node_work = np.ones(n)  # training's own load per node (expert routing, pipeline stages)
+        self.expert_work = np.ones(n)  # the routing's part of it alone (tokens received: twin/fabric.py)
         self.bubble = np.zeros(n)  # share of a node's compute its pipeline's bubble turns into waiting
         self.loss_mult: dict[str, float] = {}
         # FleetSight's blind spots (the not-hardware kinds): per source, how many dropouts keep it silent

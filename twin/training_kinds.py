@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # The modifiers that are training's own layout, not a fault's: a what-if that takes a node's faults away
 # leaves them (twin/fault_truth.py).
-TRAINING_MODIFIERS = ("node_work", "bubble")
+TRAINING_MODIFIERS = ("node_work", "expert_work", "bubble")
 EVAL_WAIT_SHARE = 0.1  # an evaluation pass's tensor-parallel all-reduces and pipeline sends
 
 
@@ -216,7 +216,9 @@ class TrainingKindsMixin:
         if job.state != "RUNNING" or len(job.work) != len(job.nodes):
             return
         if fault.spec.kind == "moe_imbalance":
-            m.node_work[job.nodes] *= self._moe_load(fault, job)
+            load = self._moe_load(fault, job)
+            m.node_work[job.nodes] *= load
+            m.expert_work[job.nodes] *= load
         else:
             m.node_work[job.nodes] *= self._stage_work(fault, job)
             m.bubble[job.nodes] = np.maximum(m.bubble[job.nodes], fault.state["bubble"])

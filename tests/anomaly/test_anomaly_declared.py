@@ -131,12 +131,17 @@ def test_the_twins_moe_job_declares_by_default_and_the_feed_reads_it(tmp_path: P
 
 # ---------------------------------------------------------------- what the detector does with it
 def test_a_declared_moe_jobs_first_routing_is_held_where_the_gauge_alone_flags_it(tmp_path: Path) -> None:
-    """One simulation, two detectors: trusting the declaration, nothing is flagged; reading the gauge
-    alone (session 46's detector), the routing's busiest nodes are, 1-20 minutes into the routing,
-    before the gauge has learnt that the job wanders."""
+    """One simulation, three detectors, without the bytes-received test (``routing_traffic`` 0) to see
+    the declaration alone: trusting it, nothing is flagged; reading the gauge alone (session 46's
+    detector), the routing's busiest nodes are, 1-20 minutes into the routing, before the gauge has
+    learnt that the job wanders. With the bytes (the shipped test), the gauge alone flags nothing
+    either: the busiest node is the one sent the most tokens."""
     detectors = {
-        "trusted": lambda s: Detector(DetectorConfig(sample_average_s=s)),
-        "gauge": lambda s: Detector(DetectorConfig(sample_average_s=s, declared_routing_below=0)),
+        "trusted": lambda s: Detector(DetectorConfig(sample_average_s=s, routing_traffic=0.0)),
+        "gauge": lambda s: Detector(
+            DetectorConfig(sample_average_s=s, declared_routing_below=0, routing_traffic=0.0)
+        ),
+        "gauge_bytes": lambda s: Detector(DetectorConfig(sample_average_s=s, declared_routing_below=0)),
     }
     run = evaluation.run_scenario(_scenario(tmp_path), sample_window=5.0, detectors=detectors)
     assert run.fault_free
@@ -144,13 +149,20 @@ def test_a_declared_moe_jobs_first_routing_is_held_where_the_gauge_alone_flags_i
     assert flags["trusted"] == [], [f.as_dict() for f in flags["trusted"]]
     assert flags["gauge"] and {f.job for f in flags["gauge"]} == {"7"}, flags["gauge"]
     assert all("wander_windows" not in f.evidence for f in flags["gauge"])
+    assert flags["gauge_bytes"] == [], [f.as_dict() for f in flags["gauge_bytes"]]
 
 
 def test_a_job_that_says_nothing_is_read_by_its_gauge_as_before(tmp_path: Path) -> None:
-    """The same job without the declaration: the shipped detector is the gauge alone again."""
-    run = evaluation.run_scenario(_scenario(tmp_path, declares=False), sample_window=5.0)
-    flags = [e.straggler for e in run.events["detector"] if e.kind == "flag"]
-    assert flags and {f.job for f in flags} == {"7"}, flags
+    """The same job without the declaration: without the bytes-received test the detector is the gauge
+    alone again and flags the routing; the shipped detector, which reads the bytes, does not."""
+    run = evaluation.run_scenario(
+        _scenario(tmp_path, declares=False),
+        sample_window=5.0,
+        detectors=detector_variants(no_bytes={"routing_traffic": 0.0}),
+    )
+    flags = {name: [e.straggler for e in got if e.kind == "flag"] for name, got in run.events.items()}
+    assert flags["no_bytes"] and {f.job for f in flags["no_bytes"]} == {"7"}, flags["no_bytes"]
+    assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
 
 
 def test_a_declaration_is_kept_for_the_layout_when_a_cycle_loses_the_comment() -> None:
@@ -173,9 +185,16 @@ def test_an_eight_node_moe_jobs_first_routing_is_held_where_it_declares() -> Non
     """benign_day_4429's first 35 minutes: its 8-node MoE job 84292 routes from minute 10, the busiest
     place moving every 5 minutes at 14 %, before its gauge has read a wander. Declared jobs of 8 nodes
     count as wandering (``declared_routing_below`` 9): nothing is flagged. With the bound at 8 nodes
-    (session 47's), the routing's busiest nodes are, one per turn."""
-    flags = benign_day_flags("benign_day_4429", 35, under8={"declared_routing_below": 8})
+    (session 47's) and without the bytes-received test, the routing's busiest nodes are, one per turn;
+    with the bytes fewer are (one, measured), so the declaration still counts."""
+    flags = benign_day_flags(
+        "benign_day_4429",
+        35,
+        under8={"declared_routing_below": 8, "routing_traffic": 0.0},
+        under8_bytes={"declared_routing_below": 8},
+    )
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
+    assert len(flags["under8_bytes"]) < len(flags["under8"]), flags["under8_bytes"]
     assert len(flags["under8"]) >= 3 and {f.job for f in flags["under8"]} == {"84292"}, flags["under8"]
     assert all("wander_windows" not in f.evidence for f in flags["under8"])  # not held: calm by its gauge
 
@@ -184,10 +203,17 @@ def test_a_twelve_node_moe_jobs_two_minute_routing_is_held_where_it_declares() -
     """benign_day_4453's first hour: its 12-node MoE job 84531 routes from minute 39, the busiest place
     moving every 2 minutes at 18 %, faster than the drift gauge's 8-window means can read (its gauge
     never counted the job as wandering). Declared jobs of up to 12 nodes count as wandering
-    (``declared_routing_below`` 13): nothing is flagged. With the bound at 9 (session 49's), its
-    routing turns are, in that job only."""
-    flags = benign_day_flags("benign_day_4453", 60, under9={"declared_routing_below": 9})
+    (``declared_routing_below`` 13): nothing is flagged. With the bound at 9 (session 49's) and without
+    the bytes-received test, its routing turns are, in that job only; with the bytes fewer are (one,
+    measured), so the bound still counts."""
+    flags = benign_day_flags(
+        "benign_day_4453",
+        60,
+        under9={"declared_routing_below": 9, "routing_traffic": 0.0},
+        under9_bytes={"declared_routing_below": 9},
+    )
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
+    assert len(flags["under9_bytes"]) < len(flags["under9"]), flags["under9_bytes"]
     assert len(flags["under9"]) >= 3 and {f.job for f in flags["under9"]} == {"84531"}, flags["under9"]
 
 

@@ -126,6 +126,7 @@ def node_series(t: int) -> list[tuple[str, dict[str, str], float]]:
                 ),
                 ("fleetsight_infiniband_port_link_error_recovery_total", labels, 0.0),
                 ("fleetsight_infiniband_port_xmit_wait_total", labels, float(k * (1000 + 100 * n))),
+                ("fleetsight_infiniband_port_rcv_data_bytes_total", labels, float(k * (4e9 + 1e8 * n))),
             ]
     return out
 
@@ -175,7 +176,7 @@ def evaluated_at(source: PrometheusSource, t: float) -> float:
 def assert_same_window(raw: Window, recorded: Window) -> None:
     assert recorded.nodes == raw.nodes == ["n01", "n02", "n03"]
     assert recorded.gpus == raw.gpus == 2
-    for key in (*FIELDS, "ib_errors", "ib_xmit_wait"):
+    for key in (*FIELDS, "ib_errors", "ib_xmit_wait", "ib_rcv_rate"):
         np.testing.assert_array_equal(getattr(recorded, key), getattr(raw, key), err_msg=key)
     assert recorded.jobs == raw.jobs == {"42": [0, 1], "team-a/pretrain": [2]}
     assert recorded.job_refs == raw.job_refs
@@ -206,6 +207,7 @@ def test_both_modes_read_the_same_window_and_say_which(
             PrometheusSource(url, mode="recorded").read(at)
         assert raw.brake[0, 0] > 0 and raw.thermal[1, 1] > 0 and raw.pcie_downgraded[1, 0] == 1
         assert raw.ib_errors[2] > 0 and raw.ib_errors[1] >= 0 and raw.ib_xmit_wait.min() > 0
+        assert np.all(np.diff(raw.ib_rcv_rate) > 0)  # bytes received per second, per node as published
 
         subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules", f"--url={url}", f"--start={begin}",
                         f"--end={begin + HISTORY_S}", f"--output-dir={tmp_path / 'rules'}", str(RULES)],

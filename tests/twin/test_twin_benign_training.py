@@ -72,6 +72,7 @@ class Run:
     step: list[dict[str, float]] = field(default_factory=list)
     slurm: list[dict[str, Any]] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    received: list[np.ndarray] = field(default_factory=list)  # per node: IB bytes received so far
 
     def truth(self, kind: str) -> dict[str, Any]:
         return next(line for line in self.sim.truth_lines if line["kind"] == kind)
@@ -95,6 +96,7 @@ def run() -> Run:
         result.tensor.append(_node_means(sim, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"))
         result.power.append(_node_means(sim, "DCGM_FI_DEV_POWER_USAGE"))
         result.phase.append({job.spec.id: job.phase for job in sim.jobs})
+        result.received.append(sim.ib_counters["port_rcv_data"].astype(float).sum(axis=1) * 4.0)
         result.step.append({job.spec.id: job.step for job in sim.jobs})
         result.slurm.append(next(j for j in render.slurm_jobs(sim)["jobs"] if j["job_id"] == 3))
         result.lines += [f"{line.t} {line.job} {line.text}" for line in sim.app_lines if line.rank in (0, 63)]
@@ -172,6 +174,25 @@ def test_expert_routing_makes_one_node_the_busiest_and_moves_it(run: Run) -> Non
         ratios.append(mean[index] / np.delete(mean, index).mean())
     assert hits >= 0.7 * (len(busiest) - 1), ratios
     assert np.median(ratios) > 1.04, ratios
+
+
+def test_the_busiest_experts_node_receives_more_of_the_all_to_all_and_a_dense_jobs_nodes_alike(
+    run: Run,
+) -> None:
+    """The routing's node is sent more tokens: it receives more bytes than its peers while it is the
+    busiest (the anomaly detector's routing test reads this); a dense job's nodes receive alike."""
+    busiest = run.truth("moe_imbalance")["busiest"]
+    nodes = [f"n{i:04d}" for i in range(9, 13)]
+    ratios = []
+    for (start, hot), (end, _) in itertools.pairwise(busiest):
+        ticks = run.ticks(start + 30, end)
+        got = run.received[ticks[-1]] - run.received[ticks[0]]
+        moe = got[8:12]
+        index = nodes.index(hot)
+        ratios.append(moe[index] / np.median(np.delete(moe, index)))
+        dense = got[0:8]
+        assert dense.max() / dense.min() < 1.03, dense  # the pipeline job: every node alike
+    assert min(ratios) > 1.0 and np.median(ratios) > 1.04, ratios  # the wander adds to or takes from it
 
 
 def test_a_pipeline_keeps_its_first_and_last_stage_busiest_and_waits_in_its_bubble(run: Run) -> None:

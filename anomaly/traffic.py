@@ -1,0 +1,50 @@
+"""Whether a busier node's extra work is traffic it was sent: expert routing, told from a straggler by the
+bytes each node receives.
+
+In a mixture-of-experts job the token all-to-all sends every token to the nodes that hold its experts.
+A node whose experts are busier (the routing's own drift, a load that moves between nodes every few
+minutes) computes more *and* receives more bytes than its peers; a gray or throttled node computes
+longer on the same tokens and receives what its peers do (the job slows, so every node's rate falls
+alike). The GPU fields cannot tell the two apart; the InfiniBand port counters can
+(``fleetsight_infiniband_port_rcv_data_bytes_total``, summed per node: Window.ib_rcv_rate).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .robust import leave_one_out_median, safe_log
+from .state import Candidate, DetectorConfig
+from .window import Window
+
+
+def received_excess(window: Window, node_idx: list[int]) -> np.ndarray | None:
+    """Per node of the job: the log of its bytes received per second over the median of its job's other
+    nodes. None where any of them was not read (no exporter, a missing series) or the job has one node:
+    unknown is not routing."""
+    rates = window.ib_rcv_rate
+    if len(rates) != len(window.nodes) or len(node_idx) < 2:
+        return None
+    logs = safe_log(rates[node_idx])
+    if not np.isfinite(logs).all():
+        return None
+    return logs - leave_one_out_median(logs)
+
+
+def routed(
+    cfg: DetectorConfig, window: Window, candidate: Candidate, pos: int, gpu: int, offset: float
+) -> bool | None:
+    """Does the node at ``pos`` receive enough more than its peers to account for its GPU's extra work
+    (``routing_traffic`` of it)? None where the bytes were not read or the test is off.
+
+    The extra work is the smaller of the GPU's residual and its deviation from its peers now (the
+    residual plus its learnt ``offset``): the bytes are compared with the peers now, while an offset
+    learnt in a low spell of the routing puts the residual above what the node does more than they do."""
+    if cfg.routing_traffic <= 0:
+        return None
+    excess = received_excess(window, candidate.window_nodes)
+    if excess is None:
+        return None
+    resid = float(candidate.resid[pos, gpu])
+    extra = min(resid, resid + offset) if np.isfinite(offset) else resid
+    return bool(np.isfinite(extra) and excess[pos] >= cfg.routing_traffic * max(extra, 0.0))
