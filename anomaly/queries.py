@@ -95,19 +95,21 @@ class Queries:
             for key, test in tests.items()
         }
 
-    def node_fields(self) -> dict[str, str]:
-        w = self.window
+    def node_fields(self, matchers: str = "") -> dict[str, str]:
+        """Field -> the raw reduction of one window, per node; ``matchers`` narrows them to some nodes
+        (the bytes received, read on demand for a flag's job: NODE_EVIDENCE_FIELDS)."""
+        w, m = self.window, f"{{{matchers}}}" if matchers else ""
         # One sum per counter, then added: increase() over a {__name__=~...} selector drops the names,
         # and a port's three counters then share one label set, which Prometheus 2.x refuses
         # ("vector cannot contain metrics with the same labelset") for the whole query.
         errors = " + ".join(
-            f"sum by (node) (increase(fleetsight_infiniband_port_{counter}_total[{w}]))"
+            f"sum by (node) (increase(fleetsight_infiniband_port_{counter}_total{m}[{w}]))"
             for counter in IB_ERROR_COUNTERS
         )
         return {
             "ib_errors": errors,
-            "ib_xmit_wait": f"sum by (node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))",
-            "ib_rcv_rate": f"sum by (node) (rate(fleetsight_infiniband_port_rcv_data_bytes_total[{w}]))",
+            "ib_xmit_wait": f"sum by (node) (rate(fleetsight_infiniband_port_xmit_wait_total{m}[{w}]))",
+            "ib_rcv_rate": f"sum by (node) (rate(fleetsight_infiniband_port_rcv_data_bytes_total{m}[{w}]))",
         }
 
     # ------------------------------------------------------------------ the recorded window
@@ -118,8 +120,8 @@ class Queries:
 
     def record_names(self) -> dict[str, str]:
         """Window field -> the recorded series that holds it (``job_labels``: the nodes' job labels).
-        The evidence-only fields (EVIDENCE_FIELDS) are not recorded: a flag reads them raw, for its
-        nodes only."""
+        The evidence-only fields (EVIDENCE_FIELDS, NODE_EVIDENCE_FIELDS) are not recorded: a flag reads
+        them raw, for its nodes only."""
         w = self.window
         return {
             "tensor": f"gpu:dcgm_tensor_active:median{w}",
@@ -130,7 +132,6 @@ class Queries:
             "pcie_downgraded": "gpu:fleetsight_pcie_link_downgraded:max",
             "ib_errors": f"node:fleetsight_infiniband_port_errors:increase{w}",
             "ib_xmit_wait": f"node:fleetsight_infiniband_port_xmit_wait:rate{w}",
-            "ib_rcv_rate": f"node:fleetsight_infiniband_port_rcv_data_bytes:rate{w}",
             "job_labels": f"node_job:dcgm_gpus:group{w}",
         }
 
@@ -165,9 +166,6 @@ class Queries:
         exprs[names["ib_xmit_wait"]] = (
             f"sum by (cluster, node) (rate(fleetsight_infiniband_port_xmit_wait_total[{w}]))"
         )
-        exprs[names["ib_rcv_rate"]] = (
-            f"sum by (cluster, node) (rate(fleetsight_infiniband_port_rcv_data_bytes_total[{w}]))"
-        )
         # Last, the costliest (subqueries).
         exprs |= {names[k]: f"{v} > 0" for k, v in self.throttle_shares(per_gpu).items()}
         return exprs
@@ -189,7 +187,7 @@ class Queries:
                 out[key] = f"last_over_time({name}[{RECORDED_FRESH}])"
             elif key in SPARSE_RECORDS:
                 out[key] = f"{by} ({name} and (time() - timestamp({name}) < {RECORDED_FRESH_S}))"
-            elif key in ("ib_xmit_wait", "ib_rcv_rate"):
+            elif key == "ib_xmit_wait":
                 out[key] = f"{by} (last_over_time({name}[{RECORDED_FRESH}])) > 0"
             else:
                 out[key] = f"{by} (last_over_time({name}[{RECORDED_FRESH}]))"

@@ -32,12 +32,13 @@ from .vectors import (
     NodeValues,
     Vector,
     fill_gpu_field,
+    fill_node_field,
     gpu_values,
     label_samples,
     node_values,
     window_from_values,
 )
-from .window import EVIDENCE_FIELDS, Window
+from .window import EVIDENCE_FIELDS, NODE_EVIDENCE_FIELDS, Window
 
 log = logging.getLogger("anomaly")
 
@@ -153,6 +154,14 @@ class PrometheusSource:
                 log.warning(json.dumps({"event": "evidence_unread", "field": key, "error": str(exc)}))
                 continue
             fill_gpu_field(getattr(window, key), index, values, window.gpus)
+        node_reads = self.queries.node_fields(f"node=~{any_of(names)}")
+        for key in NODE_EVIDENCE_FIELDS:
+            try:
+                values = self.query_values(node_reads[key], window.end, per_gpu=False)
+            except SourceError as exc:
+                log.warning(json.dumps({"event": "evidence_unread", "field": key, "error": str(exc)}))
+                continue
+            fill_node_field(getattr(window, key), index, values)
 
     def _recordable(self) -> bool:
         # The rules group on the default pod-label keys: a service told other keys reads the raw labels.

@@ -25,6 +25,10 @@ THROTTLE_HW_POWER_BRAKE = 0x80
 # Window fields the detector never scores, only quotes (and the cause's PCIe test compares): utilisation
 # and the host-to-device probe.
 EVIDENCE_FIELDS = ("util", "h2d_bandwidth")
+# And per node: the InfiniBand bytes received, which only a flag that is due asks for (anomaly/traffic.py):
+# read every cycle, a 100,000-GPU cycle took 2.34 CPU-s against 2.05 without and 2.20 so (one run each;
+# docs/anomaly.md, "Tokens received").
+NODE_EVIDENCE_FIELDS = ("ib_rcv_rate",)
 
 
 @dataclass
@@ -44,8 +48,9 @@ class Window:
     h2d_bandwidth: np.ndarray  # host-to-device probe, bytes/s (NaN when no probe)
     ib_errors: np.ndarray  # per node: symbol errors + link downed + link recoveries in the window
     ib_xmit_wait: np.ndarray  # per node: port_xmit_wait ticks per second, summed over ports
-    # Per node: bytes received per second, summed over ports (NaN: not read). In an MoE job a node whose
-    # experts are busier receives more of the token all-to-all: the detector's routing test.
+    # Per node: bytes received per second, summed over ports (NaN: not read; an evidence field, read on
+    # demand). In an MoE job a node whose experts are busier receives more of the token all-to-all: the
+    # detector's routing test.
     ib_rcv_rate: np.ndarray = field(default_factory=lambda: np.zeros(0))
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job id -> node indices
     gpu_model: dict[int, str] = field(default_factory=dict)  # node index -> GPU model name
@@ -53,7 +58,7 @@ class Window:
     # of each node's series where they carry one (a Thanos query adds it), for the job-node series.
     job_refs: dict[str, JobRef] = field(default_factory=dict)
     node_cluster: dict[int, str] = field(default_factory=dict)
-    # Evidence-only fields (EVIDENCE_FIELDS: read for a flag's explanation, never for detection) may be
+    # Evidence-only fields (EVIDENCE_FIELDS, NODE_EVIDENCE_FIELDS: read for a flag, never to score) may be
     # left NaN by the source and filled on demand for the nodes a flag names: at 100,000 GPUs reading
     # them every cycle was two of the cycle's five dense vectors (docs/anomaly.md, "Recorded window").
     evidence_loader: Callable[[Window, list[int]], None] | None = field(default=None, repr=False)

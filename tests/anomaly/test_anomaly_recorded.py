@@ -25,7 +25,7 @@ from anomaly.cause import cause_of
 from anomaly.queries import Queries
 from anomaly.source import PrometheusSource, SourceError
 from anomaly.state import DetectorConfig
-from anomaly.window import EVIDENCE_FIELDS, Window
+from anomaly.window import EVIDENCE_FIELDS, NODE_EVIDENCE_FIELDS, Window
 from support import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_the_rule_file_is_the_services_reductions() -> None:
     for key in ("brake", "thermal"):  # the same bits, of one series per GPU kept by (cluster, node, gpu)
         per_gpu = raw[key].replace("max without ()", "max by (cluster, node, gpu)")
         assert recorded[names[key]] == f"{per_gpu} > 0", key
-    assert not set(EVIDENCE_FIELDS) & set(names)  # read raw, for a flag's nodes only
+    assert not {*EVIDENCE_FIELDS, *NODE_EVIDENCE_FIELDS} & set(names)  # read raw, for a flag's nodes only
     assert not Queries(window="60s").recordable and Queries().recordable
 
 
@@ -225,9 +225,12 @@ def test_both_modes_read_the_same_window_and_say_which(
             recorded = auto.read(t)
             assert auto.mode_now == "recorded"
             # Evidence-only fields are not read with the window, but on demand for a flag's nodes.
-            assert all(np.isnan(getattr(recorded, key)).all() for key in EVIDENCE_FIELDS)
+            assert all(
+                np.isnan(getattr(recorded, key)).all() for key in (*EVIDENCE_FIELDS, *NODE_EVIDENCE_FIELDS)
+            )
             recorded.load_evidence([0, 2])
             assert np.isfinite(recorded.util[[0, 2]]).all() and np.isnan(recorded.util[1]).all()
+            assert np.isfinite(recorded.ib_rcv_rate[[0, 2]]).all() and np.isnan(recorded.ib_rcv_rate[1])
             raw = PrometheusSource(url, mode="raw").read(t)
             # A flag's explanation loads what it quotes: the same evidence as from the raw window.
             cfg = DetectorConfig()
