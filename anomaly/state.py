@@ -184,9 +184,10 @@ class DetectorConfig:
     # all-to-all a node whose experts are busier receives more bytes than its peers (twin/fabric.py),
     # while a slow node receives what it always did. routing_traffic: a candidate without a hardware
     # cause whose node received more than its job's other nodes (log of its InfiniBand bytes per second
-    # against their median) by at least this share of the GPU's residual is busier, not slower, and is
-    # not flagged while that holds (anomaly/traffic.py). 0.25: half of what a node carries where the
-    # all-to-all is half its bytes, the twin's MoE profile. 0: off (also where the bytes are not read).
+    # against their median) by at least this share of the GPU's extra work (the smaller of its residual
+    # and its deviation from its peers now) is busier, not slower, and is not flagged while that holds
+    # (anomaly/traffic.py). 0.25: half of what a node carries where the all-to-all is half its bytes,
+    # the twin's MoE profile. 0: off. Where the bytes are not read it says nothing.
     routing_traffic: float = 0.25
     # And where the bytes were read and do not explain it, the routing hold (wander_hold) is skipped: a
     # wandering job's candidate that receives no more than its peers is not its experts' load. Measured

@@ -111,8 +111,11 @@ def test_routing_that_moves_at_once_is_held_in_a_four_node_moe_job() -> None:
     window to the next: in a 4-node MoE job that is a sudden lasting rise, the step path's signature.
     At 5-s samples, with the step path exempt from the routing hold as it was, the job's routing was
     flagged (the benign training day's job 7205 twice, this scenario once); held like every other
-    path in a wandering job of four nodes or more, nothing is. One simulation feeds both detectors."""
-    events = events_of_each(SPANS_4N, 5.0, exempt=DetectorConfig().few_nodes)
+    path in a wandering job of four nodes or more, nothing is. The exempt variant also goes without the
+    bytes-received test (``routing_traffic`` 0), which would withhold those flags by itself: the hold is
+    what is tested here. One simulation feeds both detectors."""
+    exempt = {"step_exempt_below": DetectorConfig().few_nodes, "routing_traffic": 0.0}
+    events = events_of_each(SPANS_4N, 5.0, exempt=exempt)
     flags = {
         name: [
             (e.straggler.job, e.straggler.node, e.straggler.evidence["path"]) for e in got if e.kind == "flag"

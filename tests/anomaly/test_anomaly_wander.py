@@ -135,8 +135,9 @@ def test_a_mild_candidate_that_outlasts_the_routing_turns_is_held_for_ten_minute
     """benign_day_4420's 8-node MoE job 84203, its first 140 minutes: n0015 was a candidate for 19
     windows (128-137.5 min, z ~4), three other nodes busiest meanwhile. The 12-window hold flagged it
     on the persistent path; the 20-window hold for mild candidates does not. Shown without the offset
-    thaw (``wander_thaw``, session 50), which alone also keeps n0015 unflagged here."""
-    frozen = {"wander_thaw": False}
+    thaw (``wander_thaw``, session 50) and without the bytes-received test (``routing_traffic``, session
+    52), either of which also keeps n0015 unflagged here."""
+    frozen = {"wander_thaw": False, "routing_traffic": 0.0}
     flags = benign_day_flags(
         "benign_day_4420", 140, frozen=frozen, hold12={**frozen, "wander_hold_persistent": 12}
     )
@@ -192,7 +193,8 @@ def test_a_drifting_node_stays_frozen_where_the_job_is_calm_or_its_offset_is_not
 
 def test_a_node_whose_offset_was_learnt_low_is_not_flagged_when_the_load_comes_back() -> None:
     """benign_day_4435's 8-node MoE job 84351, its first 172 minutes: frozen at the offset it learnt in
-    a low spell, n0012 was flagged at 169.5 minutes; thawed (shipped), nothing is."""
-    flags = benign_day_flags("benign_day_4435", 172, frozen={"wander_thaw": False})
+    a low spell, n0012 was flagged at 169.5 minutes; thawed (shipped), nothing is. Without the
+    bytes-received test (``routing_traffic``), which would withhold that flag by itself."""
+    flags = benign_day_flags("benign_day_4435", 172, frozen={"wander_thaw": False, "routing_traffic": 0.0})
     assert flags["shipped"] == [], [f.as_dict() for f in flags["shipped"]]
     assert [(f.job, f.node) for f in flags["frozen"]] == [("84351", "n0012")], flags["frozen"]
