@@ -146,22 +146,20 @@ class PrometheusSource:
         read leaves them NaN (the flag then says so with nulls) rather than failing the cycle."""
         names = [window.nodes[i] for i in node_idx]
         index = {name: i for i, name in enumerate(window.nodes)}
-        reads = self.queries.gpu_fields(f"node=~{any_of(names)}")
-        for key in EVIDENCE_FIELDS:
+        selector = f"node=~{any_of(names)}"
+        gpu_reads, node_reads = self.queries.gpu_fields(selector), self.queries.node_fields(selector)
+        reads = [(key, gpu_reads[key], True) for key in EVIDENCE_FIELDS]
+        reads += [(key, node_reads[key], False) for key in NODE_EVIDENCE_FIELDS]
+        for key, promql, per_gpu in reads:
             try:
-                values = self.query_values(reads[key], window.end, per_gpu=True)
+                values = self.query_values(promql, window.end, per_gpu=per_gpu)
             except SourceError as exc:
                 log.warning(json.dumps({"event": "evidence_unread", "field": key, "error": str(exc)}))
                 continue
-            fill_gpu_field(getattr(window, key), index, values, window.gpus)
-        node_reads = self.queries.node_fields(f"node=~{any_of(names)}")
-        for key in NODE_EVIDENCE_FIELDS:
-            try:
-                values = self.query_values(node_reads[key], window.end, per_gpu=False)
-            except SourceError as exc:
-                log.warning(json.dumps({"event": "evidence_unread", "field": key, "error": str(exc)}))
-                continue
-            fill_node_field(getattr(window, key), index, values)
+            if per_gpu:
+                fill_gpu_field(getattr(window, key), index, values, window.gpus)
+            else:
+                fill_node_field(getattr(window, key), index, values)
 
     def _recordable(self) -> bool:
         # The rules group on the default pod-label keys: a service told other keys reads the raw labels.
