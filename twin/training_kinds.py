@@ -6,9 +6,9 @@ and a flag on one of them is a false flag.
 
 Each event names a job, not a node. While it lasts it either holds the job in a phase of its own
 (``hold``: checkpoint, evaluation, then the staggered resume), shapes its nodes' share of the work (the
-``node_work`` and ``bubble`` modifiers, twin/fault_state.py), or moves the job (a resize). Its own
-module (a mixin of the Simulation, as the other kinds' handlers): it changes with the workload model,
-not with the hardware's faults.
+``node_work``, ``expert_work`` and ``bubble`` modifiers, twin/fault_state.py), or moves the job (a
+resize). Its own module (a mixin of the Simulation, as the other kinds' handlers): it changes with the
+workload model, not with the hardware's faults.
 """
 
 from __future__ import annotations
