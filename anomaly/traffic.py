@@ -48,5 +48,11 @@ def routed(
     if excess is None:
         return None
     resid = float(candidate.resid[pos, gpu])
-    extra = min(resid, resid + offset) if np.isfinite(offset) else resid
-    return bool(np.isfinite(extra) and excess[pos] >= cfg.routing_traffic * max(extra, 0.0))
+    extra = max(min(resid, resid + offset) if np.isfinite(offset) else resid, 0.0)
+    if not np.isfinite(extra):
+        return None
+    if excess[pos] >= cfg.routing_traffic * extra:
+        return True
+    # Between the two bars the bytes rose, but by less than the work: a window's tensor noise on top of
+    # an expert load. Neither routing nor not (None): only clearly flat bytes say "not routing".
+    return False if excess[pos] < cfg.unrouted_below * extra else None
