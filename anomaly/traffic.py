@@ -36,8 +36,10 @@ def received_excess(window: Window, node_idx: list[int]) -> np.ndarray | None:
 def routed(
     cfg: DetectorConfig, window: Window, candidate: Candidate, pos: int, gpu: int, offset: float
 ) -> bool | None:
-    """Does the node at ``pos`` receive enough more than its peers to account for its GPU's extra work
-    (``routing_traffic`` of it)? None where the bytes were not read or the test is off.
+    """Does the node at ``pos`` receive enough more than its peers to account for its GPU's extra work?
+    True: at least ``routing_traffic`` of it (routing); False: under ``unrouted_below`` of it (its bytes
+    stayed with its peers': not routing); None between the two, where the bytes were not read, or with
+    the test off.
 
     The extra work is the smaller of the GPU's residual and its deviation from its peers now (the
     residual plus its learnt ``offset``): the bytes are compared with the peers now, while an offset
