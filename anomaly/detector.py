@@ -350,8 +350,9 @@ class Detector:
         )
         path = next((rule for rule, due in rules if due), None)
         job = self.jobs[candidate.job]
-        offset = float(job.mu[pos, gpu])
-        traffic = None if path is None or hardware else routed(cfg, window, candidate, pos, gpu, offset)
+        traffic = None  # asked only of a flag that is due: the bytes may be read for it on demand
+        if path is not None and not hardware:
+            traffic = routed(cfg, window, candidate, pos, gpu, float(job.mu[pos, gpu]))
         if traffic:
             return  # its node is sent more of the job's tokens (expert routing): busier, not slower
         # A sudden lasting rise (the step path) is held too: routing that moves at once makes one

@@ -22,10 +22,11 @@ def received_excess(window: Window, node_idx: list[int]) -> np.ndarray | None:
     """Per node of the job: the log of its bytes received per second over the median of its job's other
     nodes. None where any of them was not read (no exporter, a missing series) or the job has one node:
     unknown is not routing. An evidence field: read now, for these nodes, where the source did not."""
-    if len(node_idx) >= 2:
-        window.load_evidence(node_idx)
+    if len(node_idx) < 2:
+        return None
+    window.load_evidence(node_idx)
     rates = window.ib_rcv_rate
-    if len(rates) != len(window.nodes) or len(node_idx) < 2:
+    if len(rates) != len(window.nodes):
         return None
     logs = safe_log(rates[node_idx])
     if not np.isfinite(logs).all():
