@@ -70,3 +70,15 @@ def test_an_moe_node_whose_experts_drew_more_tokens_is_not_flagged() -> None:
     flags = benign_day_flags("benign_day_4468", 312, off={"routing_traffic": 0.0})
     assert [(f.job, f.node) for f in flags["off"]] == [("84683", "n0020")]
     assert flags["shipped"] == []
+
+
+def test_the_bytes_read_are_the_node_agents_received_data_counter() -> None:
+    """The query reads the metric the node agent makes of sysfs's port_rcv_data (4-byte words, published
+    in bytes: tests/exporters/test_exporter_node.py), not a name of its own."""
+    from anomaly.queries import Queries
+    from exporters.infiniband import counter_metric
+
+    name, multiplier, _ = counter_metric("port_rcv_data")
+    assert multiplier == 4
+    assert f"{name}_total[" in Queries().node_fields()["ib_rcv_rate"]
+    assert f'{name}_total{{node=~"n1"}}[' in Queries().node_fields('node=~"n1"')["ib_rcv_rate"]
